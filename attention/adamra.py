@@ -47,21 +47,31 @@ Choices the paper leaves open, written down:
 * **Random router** (Table 5, "Rand"): ``router="random"`` draws each query's head uniformly from
   the mixer's generator (fresh every training step, fixed in eval); no router parameters exist.
 
-Computation: queries are grouped by routed head (one vectorised sort; padded queries join no
-head and output zero). Per head (a loop over the ``H`` heads, never over tokens) only its routed
-queries are projected by ``W^Q_h`` and batched per sequence, padded to the sequence with most of
-them, and multiplied once with the memory ``[phi(K~_h)^T V~_h | phi(K~_h)^T 1]`` (numerator and
-normaliser together); one gather puts the outputs back in sequence order. Grouping reads the group
-sizes on the host (one sync per call, about a microsecond on CPU; unavoidable since the shapes are
-ragged). Window sums of coarser heads are built from finer ones when the sizes nest. Cost:
-``O(n d^2)`` for the query projections (each query once), ``O(n d_k^2)`` for the kernel part when
-the routing is balanced across the batch (the per-sequence padding makes it at most ``H`` times
-that), plus ``O(m_h d^2)`` per head for the compressed keys and values.
+Computation (every step exact: tests compare it with the plain formulas in float64):
+
+* **Fused projections.** AdaMRA only uses linear images of the shell's ``Q, K, V``, so through the
+  shell it runs :meth:`AdaMRAAttention.forward_input`: the shell's ``W^{Q,K,V}`` are composed with
+  eq. 9's ``W_h`` and applied where they are cheapest. ``X`` is compressed once (segment means
+  commute with affine maps), keys cost ``m_h d^2``, each query is projected once, in its routed
+  head, and the router reads ``X (W^Q W)``: the shell's three ``n d^2`` projections are never
+  computed. :meth:`AdaMRAAttention.forward` on given ``q, k, v`` is the reference.
+* **Values after the sum.** Eq. 7's memory ``sum_j phi(k~_j) (m_j W^V + b)^T`` is computed as
+  ``(sum_j phi(k~_j) m_j^T) W^V + (sum_j phi(k~_j)) b^T``, never building the values.
+* **Dispatch.** One stable sort groups the real queries by (head, batch row); padded queries join
+  no head and output zero. One permutation puts the rows in that order, each group reads its row's
+  memory ``[phi(K~)^T V~ | phi(K~)^T 1]`` (numerator and normaliser) with one product (a loop over
+  the ``H * B`` groups, never over tokens), one inverse permutation restores sequence order; the
+  permutations are gathers in both directions. The group sizes come to the host (one sync per call;
+  the shapes are ragged).
+* The router's straight-through factor multiplies the per-query ``1 / normaliser``, not the output.
+
+Cost: ``O(n d^2)`` for the query projections (each query once), ``O(n d_k^2)`` for the kernel part,
+``O(m_h d^2)`` per head for the compressed keys and values, ``O(n d)`` for the compression.
 """
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -80,18 +90,67 @@ def window_sums(t: Tensor, size: int, dim: int) -> Tensor:
     return t.unflatten(dim, (-1, size)).sum(dim + 1)
 
 
-def segment_means(t: Tensor, mask: Tensor, size: int) -> tuple[Tensor, Tensor]:
-    """Masked means of consecutive windows of ``size`` positions (the last may be ragged).
+class Routing(NamedTuple):
+    order: Tensor                 # [B * N] flat query indices grouped by (head, row), padded last
+    counts: list[int]             # group sizes, H * B + 1 (the last: padded queries)
+    p_sel: Tensor | None          # [B * N] router probability of the chosen head (learned router)
 
-    ``t``: ``[B, N, D]``; ``mask``: ``[B, N]``. Returns means ``[B, M, D]`` with ``M = ceil(N/size)``
-    and ``valid [B, M]`` (window holds a real token). Empty windows get zeros, never NaN.
-    """
-    w = mask.to(t.dtype)
-    counts = window_sums(w, size, 1)
-    return window_sums(t * w[..., None], size, 1) / counts.clamp_min(1.0)[..., None], counts > 0
+    @property
+    def padded(self) -> bool:
+        return self.counts[-1] > 0
+
+
+class Memory(NamedTuple):
+    """One AdaMRA head's compressed memory: projected landmark keys ``[B, m_h, d]``, the landmark
+    means ``[B, m_h, d_in]`` that the affine ``value_weight [d_in, d]``, ``value_bias [d]``
+    (eq. 9's ``W^V_h``, composed with the shell's ``W^V`` on the fused path) maps to the values,
+    and landmark validity ``[B, m_h]``."""
+
+    keys: Tensor
+    value_means: Tensor
+    value_weight: Tensor
+    value_bias: Tensor | None
+    valid: Tensor
+
+    def values(self) -> Tensor:
+        v = self.value_means @ self.value_weight
+        return v if self.value_bias is None else v + self.value_bias
+
+    def kernel_state(self, phi: Callable[[Tensor], Tensor], s: int) -> Tensor:
+        """Eq. 7's memory per subhead, ``[B, S, Dh, Dh + 1]``: ``sum_j phi(k~_j) [v~_j^T, 1]``.
+
+        The value map is applied after the sum over landmarks, ``sum_j phi(k~_j) (m_j W + b)^T =
+        (sum_j phi(k~_j) m_j^T) W + (sum_j phi(k~_j)) b^T``: the same numbers without building the
+        ``[B, m_h, d]`` values, and without the ``m_h d Dh`` product that reading them would cost."""
+        fk = phi(self.keys) * self.valid[..., None].to(self.keys.dtype)      # [B, m_h, d]
+        b, _, d = fk.shape
+        dh = d // s
+        z = fk.sum(1).view(b, s, dh, 1)                                       # sum_j phi(k~_j)
+        kv = (fk.transpose(1, 2) @ self.value_means).view(b, s, dh, -1)      # [B, S, Dh, d_in]
+        kv = kv @ self.value_weight.view(-1, s, dh).transpose(0, 1)          # [B, S, Dh, Dh]
+        if self.value_bias is not None:
+            kv = kv + z * self.value_bias.view(s, 1, dh)
+        return torch.cat([kv, z], dim=-1)
+
+
+class Permute(torch.autograd.Function):
+    """``t[perm]`` along dim 0 for a permutation, whose backward is the inverse permutation (a
+    gather, instead of the zero-fill and scatter-add of indexing's backward)."""
+
+    @staticmethod
+    def forward(ctx, t: Tensor, perm: Tensor, inverse: Tensor) -> Tensor:  # noqa: ANN001
+        ctx.save_for_backward(inverse)
+        return t.index_select(0, perm)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # noqa: ANN001
+        (inverse,) = ctx.saved_tensors
+        return grad.index_select(0, inverse), None, None
 
 
 class AdaMRAAttention(Mixer):
+    fuses_projections = True  # see forward_input
+
     def __init__(
         self,
         n_heads: int,
@@ -129,57 +188,46 @@ class AdaMRAAttention(Mixer):
     def _phi(self, t: Tensor) -> Tensor:
         return F.relu(t) if self.feature_map == "relu" else F.elu(t) + 1.0
 
-    def _routing(self, q_full: Tensor) -> tuple[Tensor, Tensor]:
-        """Head choice per query ``[B, N]`` (no gradient) and the straight-through gate ``[B, N]``
-        (value exactly 1; its gradient is that of the chosen head's router probability)."""
-        b, n, _ = q_full.shape
-        if self.route is None:
-            g = self.generator(q_full.device)
-            choice = torch.randint(0, self.n_routed, (b, n, 1), generator=g, device=q_full.device)
-            gate = q_full.new_ones(b, n)
-        else:
-            p = torch.softmax(self.route(q_full), dim=-1)                # eq. 6, [B, N, H]
-            choice = p.argmax(-1, keepdim=True)
-            p_sel = p.gather(-1, choice).squeeze(-1)
-            gate = p_sel / p_sel.detach()
-        return choice.squeeze(-1), gate
+    def _route(self, logits: Tensor | None, mask: Tensor) -> Routing:
+        """Eq. 6 and the grouping of real queries by (head, batch row); padded queries go last, to
+        no head. ``logits``: ``F(Q) = QW`` transposed, ``[H, B * N]``, or None for the random router.
 
-    def _dispatch(self, choice: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, list[int]]:
-        """Groups the real queries by (head, batch row); padded queries go last, to no head.
-
-        Returns ``order`` (flat query indices sorted by group, stable so positions stay ascending),
-        each sorted query's rank inside its group, and the group sizes on the host (``H * B + 1``
-        ints: the one host sync, needed because the per-head shapes are ragged)."""
-        b, n = choice.shape
+        ``order`` lists flat query indices by group (stable, so positions stay ascending); the group
+        sizes come to the host (``H * B + 1`` ints: the one sync per call, needed because the
+        per-head shapes are ragged)."""
+        b, n = mask.shape
+        if logits is None:
+            g = self.generator(mask.device)
+            choice, p_sel = torch.randint(0, self.n_routed, mask.shape, generator=g, device=mask.device), None
+        else:  # heads on dim 0: the softmax and max over H run vectorised along the tokens
+            p_sel, choice = torch.softmax(logits, dim=0).max(0)              # eq. 6
+            choice = choice.view(b, n)
         groups = self.n_routed * b
-        row = torch.arange(b, device=choice.device)[:, None]
+        row = torch.arange(b, device=mask.device)[:, None]
         key = torch.where(mask, choice * b + row, groups).reshape(-1)
         order = torch.argsort(key, stable=True)
         counts = torch.bincount(key, minlength=groups + 1)
-        starts = counts.cumsum(0) - counts
-        rank = torch.arange(b * n, device=choice.device) - starts[key[order]]
-        return order, rank, counts.tolist()
+        return Routing(order, counts.tolist(), p_sel)
 
-    def _memories(self, k: Tensor, v: Tensor, mask: Tensor) -> list[tuple[Tensor, Tensor, Tensor]]:
-        """Per AdaMRA head: landmark keys/values ``[B, S, m_h, Dh]`` (masked segment means, eq. 9
-        projections) and landmark validity ``[B, m_h]``. ``k, v``: ``[B, N, d]``. Coarse windows are
-        summed from finer ones when the sizes nest (1/2, 1/8, 1/32 do): each extra head is cheap."""
-        w = mask.to(k.dtype)
-        levels = {1: (k * w[..., None], v * w[..., None], w)}
+    def _compressed(self, t: Tensor, mask: Tensor, padded: bool) -> list[tuple[Tensor, Tensor]]:
+        """Per AdaMRA head: masked segment means of ``t`` (``[B, N, D] -> [B, m_h, D]``) and landmark
+        validity ``[B, m_h]``. Coarse windows are summed from finer ones when the sizes nest (1/2,
+        1/8, 1/32 do), so each extra head is cheap. ``padded = False`` skips masking ``t``."""
+        w = mask.to(t.dtype)
+        levels = {1: (t * w[..., None] if padded else t, w)}
         for size in sorted(set(self.segment_sizes)):
             base = max(p for p in levels if size % p == 0)
-            ks, vs, cnt = levels[base]
-            r = size // base
-            levels[size] = (window_sums(ks, r, 1), window_sums(vs, r, 1), window_sums(cnt, r, 1))
-        mems = []
-        for h, size in enumerate(self.segment_sizes):
-            ks, vs, cnt = levels[size]
-            scale = 1.0 / cnt.clamp_min(1.0)[..., None]
-            kc, vc = ks * scale, vs * scale                                # [B, m_h, d]
-            if self.head_weight is not None:  # compress first: means and linear maps commute
-                kc, vc = kc @ self.head_weight[h, 1], vc @ self.head_weight[h, 2]
-            mems.append((self._split(kc), self._split(vc), cnt > 0))
-        return mems
+            sums, cnt = levels[base]
+            levels[size] = (window_sums(sums, size // base, 1), window_sums(cnt, size // base, 1))
+        return [(levels[z][0] / levels[z][1].clamp_min(1.0)[..., None], levels[z][1] > 0) for z in self.segment_sizes]
+
+    def _head_map(self, w: Tensor | None, bias: Tensor | None, h: int, role: int) -> tuple[Tensor | None, Tensor | None]:
+        """The affine map ``t -> t w + bias`` followed by head ``h``'s eq. 9 projection of ``role``
+        (0 q, 1 k, 2 v), as one map; ``w = None`` is the identity."""
+        if self.head_weight is None:
+            return w, bias
+        hw = self.head_weight[h, role]
+        return (hw if w is None else w @ hw), (None if bias is None else bias @ hw)
 
     def _split(self, t: Tensor) -> Tensor:
         """``[B, M, S * Dh] -> [B, S, M, Dh]`` (a view)."""
@@ -187,38 +235,94 @@ class AdaMRAAttention(Mixer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         b, s, n, dh = q.shape
-        d = s * dh
         # [B, S, N, Dh] -> [B, N, S * Dh]: a free view for the shell's tensors (they are head splits)
-        full = lambda t: t.transpose(1, 2).reshape(b, n, d)  # noqa: E731
+        full = lambda t: t.transpose(1, 2).reshape(b, n, s * dh)  # noqa: E731
         q_full = full(q)
-        choice, gate = self._routing(q_full)                                # [B, N], [B, N]
-        mems = self._memories(full(k), full(v), mask)
-        order, rank, counts = self._dispatch(choice, mask)
-        q_flat = q_full.reshape(b * n, d)
-        outs, start = [], 0
-        for h, (kc, vc, valid) in enumerate(mems):
-            sizes = counts[h * b:(h + 1) * b]
-            total = sum(sizes)
-            if total == 0:
+        q_flat = q_full.reshape(b * n, s * dh)
+        routing = self._route(None if self.route is None else self.route.weight @ q_flat.t(), mask)
+        mems = []
+        for h, (kv, valid) in enumerate(self._compressed(torch.cat([full(k), full(v)], -1), mask, routing.padded)):
+            (wk, _), (wv, _) = self._head_map(None, None, h, 1), self._head_map(None, None, h, 2)
+            kbar, vbar = kv.chunk(2, dim=-1)   # compress first: means and linear maps commute
+            eye = torch.eye(s * dh, dtype=kbar.dtype, device=kbar.device)
+            mems.append(Memory(kbar if wk is None else kbar @ wk, vbar, eye if wv is None else wv, None, valid))
+        q_maps = [self._head_map(None, None, h, 0) for h in range(self.n_routed)]
+        return self._attend(q_flat, q_maps, mems, routing, mask)
+
+    def forward_input(self, x: Tensor, mask: Tensor, q_proj: nn.Linear, k_proj: nn.Linear, v_proj: nn.Linear) -> Tensor:
+        """``forward`` on the shell's projections, with every linear map applied where it is cheapest.
+
+        AdaMRA only ever uses linear images of the shell's ``Q, K, V``: router logits ``Q W``,
+        routed queries ``Q W^Q_h``, segment means of ``K`` and ``V`` times ``W^{K,V}_h``. So it never
+        projects every token: ``X`` is compressed once and the composed maps ``W^K W^K_h`` (with
+        ``b^K W^K_h``) act on the ``m_h`` means, each query is projected by ``W^Q W^Q_h`` in its
+        routed head only, and the router reads ``X (W^Q W)``. Same function and parameters as
+        ``forward`` (tests check values and gradients); it saves the three ``n d^2`` projections."""
+        b, n, _ = x.shape
+        rows, bq = x.reshape(b * n, -1), q_proj.bias
+        logits = None
+        if self.route is not None:
+            w = self.route.weight @ q_proj.weight
+            logits = w @ rows.t() if bq is None else torch.addmm((self.route.weight @ bq)[:, None], w, rows.t())
+        routing = self._route(logits, mask)
+        mems = []
+        for h, (xbar, valid) in enumerate(self._compressed(x, mask, routing.padded)):
+            wk, bk = self._head_map(k_proj.weight.t(), k_proj.bias, h, 1)
+            wv, bv = self._head_map(v_proj.weight.t(), v_proj.bias, h, 2)
+            keys = (xbar @ wk if bk is None else torch.addmm(bk, xbar.flatten(0, 1), wk).view(b, -1, wk.shape[-1]))
+            mems.append(Memory(keys, xbar, wv, bv, valid))
+        q_maps = [self._head_map(q_proj.weight.t(), bq, h, 0) for h in range(self.n_routed)]
+        return self._attend(rows, q_maps, mems, routing, mask)
+
+    def _attend(
+        self, rows: Tensor, q_maps: list[tuple[Tensor | None, Tensor | None]],
+        mems: list[Memory], routing: Routing, mask: Tensor,
+    ) -> Tensor:
+        """Eq. 7 for every routed query. ``rows``: ``[B * N, d_in]`` that ``q_maps[h]`` (affine,
+        None = identity) maps to head ``h``'s queries; ``mems[h]`` is head ``h``'s compressed memory.
+        Returns ``[B, S, N, Dh]``.
+
+        The rows are permuted once into (head, batch row) groups; each group is one contiguous
+        slice that reads its row's memory with one batched (over subheads) product, with no padding
+        and no scatter; one inverse permutation restores sequence order. The loop runs over the
+        ``H * B`` groups (never over tokens)."""
+        b, n = mask.shape
+        s, dh = self.n_heads, self.head_dim
+        order, counts = routing.order, routing.counts
+        inverse = torch.empty_like(order).scatter_(0, order, torch.arange(b * n, device=mask.device))
+        per_head = [sum(counts[h * b:(h + 1) * b]) for h in range(self.n_routed)] + [counts[-1]]
+        grouped = Permute.apply(rows, order, inverse).split(per_head)         # rows by (head, row)
+        width = dh if self.feature_map == "softmax" else dh + 1              # + 1: eq. 7's normaliser
+        outs = []
+        for h, (mem, (wq, bq)) in enumerate(zip(mems, q_maps)):
+            if per_head[h] == 0:
                 continue
-            idx, r = order[start:start + total], rank[start:start + total]
-            start += total
-            row = torch.div(idx, n, rounding_mode="floor")
-            qg = q_flat[idx]                                                 # [c_h, d]: routed only
-            if self.head_weight is not None:
-                qg = qg @ self.head_weight[h, 0]                             # eq. 9, W^Q_{h,s}
-            # batch the routed queries per row, padded to the row with most of them: [B, S, C, Dh]
-            qp = self._split(qg.new_zeros(b, max(sizes), d).index_put((row, r), qg))
+            qg = grouped[h]                                                  # routed queries only
+            if wq is not None:
+                qg = qg @ wq if bq is None else torch.addmm(bq, qg, wq)      # eq. 9, W^Q_{h,s}
+            qg = qg.view(-1, s, dh).transpose(0, 1)                          # [S, c_h, Dh]
             if self.feature_map == "softmax":  # Table 5 ablation: exact softmax over the landmarks
-                scores = qp @ kc.transpose(-1, -2) / math.sqrt(dh) + key_bias(valid, q.dtype)
-                res = torch.softmax(scores, dim=-1) @ vc
-            else:  # eq. 7: phi(q)^T sum_j phi(k~_j) [v~_j, 1] gives numerator and normaliser at once
-                fk = self._phi(kc) * valid[:, None, :, None].to(kc.dtype)
-                kvz = fk.transpose(-1, -2) @ F.pad(vc, (0, 1), value=1.0)    # [B, S, Dh, Dh + 1]
-                num, den = (self._phi(qp) @ kvz).split([dh, 1], dim=-1)     # [B, S, C, Dh | 1]
-                res = num / den.clamp_min(self.eps)
-            outs.append(res.transpose(1, 2)[row, r])                         # [c_h, S, Dh]
-        outs.append(q.new_zeros(counts[-1], s, dh))                          # padded queries
-        inverse = torch.empty_like(order).scatter_(0, order, torch.arange(b * n, device=q.device))
-        out = torch.cat(outs)[inverse].view(b, n, s, dh) * gate[:, :, None, None]
-        return out.transpose(1, 2)                                            # [B, S, N, Dh] view
+                kc, vc, bias = self._split(mem.keys), self._split(mem.values()), key_bias(mem.valid, qg.dtype)
+                read = lambda q, i: torch.softmax(q @ kc[i].transpose(-1, -2) / math.sqrt(dh) + bias[i], -1) @ vc[i]  # noqa: E731
+            else:
+                kvz = mem.kernel_state(self._phi, s)                        # [B, S, Dh, Dh + 1]
+                qg = self._phi(qg)
+                read = lambda q, i: q @ kvz[i]  # noqa: E731
+            for i, q_row in enumerate(qg.split(counts[h * b:(h + 1) * b], dim=1)):
+                if q_row.shape[1]:
+                    outs.append(read(q_row, i).transpose(0, 1))              # [c_(h,i), S, width]
+        outs.append(rows.new_zeros(counts[-1], s, width))                    # padded queries
+        out = torch.cat(outs)                                                # [B * N, S, width], grouped
+        # Router gradient, straight-through: the routed head's output times P / stopgrad(P), which is
+        # exactly 1 in value. It multiplies the per-query factor 1 / normaliser, not the output.
+        scale = None
+        if routing.p_sel is not None:
+            p_sel = routing.p_sel.index_select(0, order)[:, None, None]
+            scale = p_sel / p_sel.detach()
+        if width > dh:
+            out, den = out.split([dh, 1], dim=-1)
+            scale = (1.0 if scale is None else scale) / den.clamp_min(self.eps)
+        if scale is not None:
+            out = out * scale
+        out = Permute.apply(out, inverse, order)
+        return out.view(b, n, s, dh).transpose(1, 2)                          # [B, S, N, Dh] view

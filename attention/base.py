@@ -29,10 +29,16 @@ class Mixer(nn.Module):
     shell then builds no key projection and passes ``k = q``. ``uses_qk = False`` marks a method
     that builds its mixing from ``x`` alone (Synthesizer): the shell builds no q/k projections and
     passes zero-size q/k placeholders, so no parameter or FLOP is spent on them.
+    ``fuses_projections = True`` marks a method that only uses linear images of the projections
+    (compressed keys, routed queries): the shell then calls :meth:`forward_input` with ``x`` and its
+    projection layers instead of projecting every token, and the mixer applies the maps where they
+    are cheapest. ``forward`` stays the reference (the contract tests use it); a test checks the two
+    agree in values and gradients.
     """
 
     shared_qk: bool = False
     uses_qk: bool = True
+    fuses_projections: bool = False
 
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0) -> None:
         super().__init__()
@@ -80,6 +86,12 @@ class Mixer(nn.Module):
             g = torch.Generator(device=torch.device(key))
             g.set_state(gstate)
             self._generators[key] = g
+
+    def forward_input(
+        self, x: Tensor, mask: Tensor, q_proj: nn.Linear | None, k_proj: nn.Linear | None, v_proj: nn.Linear,
+    ) -> Tensor:  # pragma: no cover
+        """``forward`` on ``q_proj(x), k_proj(x), v_proj(x)`` (split in heads), computed in another order."""
+        raise NotImplementedError
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:  # pragma: no cover
         raise NotImplementedError

@@ -44,6 +44,9 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:
         """x: ``[B, N, D]``; mask: ``[B, N]`` bool, True = real token. Returns ``[B, N, D]``."""
+        if self.mixer.fuses_projections:
+            out = self.mixer.forward_input(x, mask, self.q_proj, self.k_proj, self.v_proj)
+            return self.out_proj(out.transpose(1, 2).flatten(2))
         v = self._heads(self.v_proj(x))
         if self.q_proj is None:  # the mixer builds its mixing from x alone
             q = k = v.new_empty(v.shape[:-1] + (0,))
@@ -51,5 +54,4 @@ class MultiHeadAttention(nn.Module):
             q = self._heads(self.q_proj(x))
             k = q if self.k_proj is None else self._heads(self.k_proj(x))
         out = self.mixer(q, k, v, mask, x)
-        b, h, n, dh = out.shape
-        return self.out_proj(out.transpose(1, 2).reshape(b, n, h * dh))
+        return self.out_proj(out.transpose(1, 2).flatten(2))

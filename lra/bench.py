@@ -18,8 +18,14 @@ Choices, written down:
 * Attention dropout is forced to 0 (every ``*dropout*`` key of the attention config): on CPU a
   non-zero value sends PyTorch's SDPA to its materialised N x N path. The backbone's own dropout is
   kept for the training step (it is part of a real step), and is 0 in the block protocol.
-* Timing: ``warmup`` untimed steps, then ``repeats`` steps each bracketed by device synchronisation;
-  the figure is the median (min and all repeats are recorded too).
+* Timing: ``warmup`` untimed steps, then timed steps, each bracketed by device synchronisation,
+  until both ``repeats`` steps and ``min_time_s`` seconds of them are done; the figure is the median
+  (min and every step are recorded too). ``min_time_s`` gives a fast variant the same sampling
+  window as a slow one: on a shared CPU the speed drifts by +-25% over stretches of seconds
+  (measured: one block step went 178-348 ms, median 219, over 250 steps), so 5 steps of a 0.2 s
+  variant would sample one stretch while 5 steps of a 2 s variant average several. ``rounds``
+  repeats every measurement (in a fresh process each time), interleaved across variants in the CLI,
+  and pools the timed steps of all rounds; the peak memory is the largest of the rounds.
 * Memory: peak over the timed repeats (:mod:`lra.footprint`), minus the memory in use before the
   model was built, so the figure is what the step needs (parameters, gradients, optimiser state,
   activations, inputs) and not the interpreter. On CPU both ends exclude file-backed pages
@@ -131,9 +137,11 @@ def plan(cfg: Any, attention_name: str) -> tuple[dict[str, Any], list[dict[str, 
     lengths = [int(n) for n in (b.get("lengths") or proto.lengths)]
     batch = int(b.get("batch_size") or proto.batch_size)
     repeats, warmup = int(b.repeats), int(b.warmup)
-    if not lengths or min(lengths) <= 0 or batch <= 0 or repeats <= 0 or warmup < 0:
-        raise ValueError(f"bench: lengths {lengths}, batch_size {batch}, repeats {repeats} must be positive "
-                         f"and warmup {warmup} >= 0")
+    min_time = float(b.get("min_time_s") or 0.0)
+    rounds = 1 if b.get("rounds") is None else int(b.rounds)
+    if not lengths or min(lengths) <= 0 or batch <= 0 or repeats <= 0 or rounds <= 0 or warmup < 0 or min_time < 0:
+        raise ValueError(f"bench: lengths {lengths}, batch_size {batch}, repeats {repeats}, rounds {rounds} must be "
+                         f"positive and warmup {warmup}, min_time_s {min_time} >= 0")
     device = str(b.get("device") or "auto")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -146,9 +154,12 @@ def plan(cfg: Any, attention_name: str) -> tuple[dict[str, Any], list[dict[str, 
         "task": shapes["name"] if shapes else "none", "task_shapes": shapes,  # a block sees no task
         "attention_dropout_forced_to_0": forced, "isolate": bool(b.isolate),
         "cpu_malloc": str(b.get("cpu_malloc") or "default") if b.isolate else "default",
-        "timing": f"median of {repeats} device-synchronised repeats after {warmup} warm-up steps",
+        "min_time_s": min_time, "rounds": rounds,
+        "timing": (f"median of all device-synchronised steps, at least {repeats} and {min_time:g} s of them after "
+                   f"{warmup} warm-up steps, pooled over {rounds} round(s)"),
     }
     common = {"kind": proto.kind, "attention": attn, "batch_size": batch, "repeats": repeats, "warmup": warmup,
+              "min_time_s": min_time, "rounds": rounds,
               "device": device, "seed": int(cfg.seed), "threads": int(b.get("threads") or torch.get_num_threads()),
               "cpu_malloc": meta["cpu_malloc"]}
     specs = []
@@ -251,8 +262,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             step()
         _sync(device)
         meter.reset()
-        times = []
-        for _ in range(spec["repeats"]):
+        times: list[float] = []
+        while len(times) < spec["repeats"] or sum(times) < spec.get("min_time_s", 0.0):
             _sync(device)
             t0 = time.perf_counter()
             step()
@@ -301,8 +312,29 @@ def measure_isolated(spec: dict[str, Any], timeout_s: float | None = None) -> di
     return base | {"status": status, "error": f"worker exited with {proc.returncode}: {tail}"}
 
 
+def pool_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One result from the rounds of a measurement: the timed steps of all rounds pooled (median,
+    min), the largest peak. A round that did not finish makes the whole measurement not ok."""
+    for i, r in enumerate(rounds):
+        if r.get("status") != "ok":
+            return r | ({"round": i} if len(rounds) > 1 else {})
+    if len(rounds) == 1:
+        return rounds[0]
+    first, steps = rounds[0], [t for r in rounds for t in r["ms_all"]]
+    ms = statistics.median(steps)
+    peak = max(rounds, key=lambda r: r["peak_mb"])
+    return first | {
+        "ms": ms, "ms_min": min(steps), "ms_all": steps, "ms_rounds": [r["ms"] for r in rounds],
+        "examples_per_s": first["examples_per_s"] * first["ms"] / ms, "tokens_per_s": first["tokens_per_s"] * first["ms"] / ms,
+        "peak_mb": peak["peak_mb"], "peak_process_mb": peak["peak_process_mb"], "baseline_mb": peak["baseline_mb"],
+        "peak_mb_rounds": [r["peak_mb"] for r in rounds], "rounds": len(rounds),
+    }
+
+
 def run_specs(specs: list[dict[str, Any]], isolate: bool = True, timeout_s: float | None = None) -> list[dict[str, Any]]:
-    return [measure_isolated(s, timeout_s) if isolate else measure(s) for s in specs]
+    """Every spec, each its ``rounds`` times in a row (the CLI interleaves rounds across variants)."""
+    one = lambda s: measure_isolated(s, timeout_s) if isolate else measure(s)  # noqa: E731
+    return [pool_rounds([one(s) for _ in range(int(s.get("rounds", 1)))]) for s in specs]
 
 
 def _line(name: str, r: dict[str, Any]) -> str:
@@ -329,7 +361,7 @@ def run_bench(cfg: Any) -> dict[str, Any]:
     results = []
     with record.outcome():
         for spec in specs:
-            results.append(measure_isolated(spec, cfg.bench.get("timeout_s")) if meta["isolate"] else measure(spec))
+            results += run_specs([spec], meta["isolate"], cfg.bench.get("timeout_s"))
             log.info(_line(name, results[-1]))
             record.data["efficiency"]["bench"]["results"] = results
             record.write()
@@ -372,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--repeats", type=int, default=None)
     p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--min-time", type=float, default=None, help="seconds of timed steps per measurement, at least")
+    p.add_argument("--rounds", type=int, default=None, help="measurements per point, interleaved across variants")
     p.add_argument("--model", default="xiong", help="conf/model name (backbone shapes)")
     p.add_argument("--task", default=None, help="task whose shapes table2/smat use (default: text)")
     p.add_argument("--threads", type=int, default=None, help="torch threads per measurement (default: torch's)")
@@ -389,7 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     names = (["softmax"] if "softmax" not in names else []) + names
     over = [f"bench.protocol={args.protocol}", f"model={args.model}"]
     for key, val in (("lengths", args.lengths), ("batch_size", args.batch_size), ("repeats", args.repeats),
-                     ("warmup", args.warmup), ("task", args.task), ("threads", args.threads)):
+                     ("warmup", args.warmup), ("task", args.task), ("threads", args.threads),
+                     ("min_time_s", args.min_time), ("rounds", args.rounds)):
         if val is not None:
             over.append(f"bench.{key}=" + (json.dumps(val).replace(" ", "") if isinstance(val, list) else str(val)))
     if args.no_isolate:
@@ -401,10 +436,14 @@ def main(argv: list[str] | None = None) -> int:
           f"memory: peak minus pre-build baseline, {'in this process' if args.no_isolate else 'fresh subprocess per measurement'}")
     results: dict[tuple[str, int], dict[str, Any]] = {}
     for i, n in enumerate(meta0["lengths"]):  # interleaved, so load drift hits every variant alike
+        rounds: dict[str, list[dict[str, Any]]] = {v: [] for v in names}
+        for _ in range(meta0["rounds"]):
+            for v in names:
+                spec = plans[v][1][i] | {"rounds": 1}
+                rounds[v] += run_specs([spec], isolate=not args.no_isolate)
         for v in names:
-            r = run_specs([plans[v][1][i]], isolate=not args.no_isolate)[0]
-            results[(v, n)] = r
-            print(_line(v, r), flush=True)
+            results[(v, n)] = pool_rounds(rounds[v])
+            print(_line(v, results[(v, n)]), flush=True)
     print()
     print(ratio_table(names, meta0["lengths"], results))
     if args.results_dir:

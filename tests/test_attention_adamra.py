@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attention.adamra import segment_means
+from attention.registry import build_mixer
+from attention.shell import MultiHeadAttention
 from tests.attention_harness import B, DH, H, N, lengths_mask, make_mixer, qkvx
 
 LENGTHS = [N, 23, 5]
@@ -43,9 +44,10 @@ def test_compression_to_one_landmark_gives_mean_of_values(feature_map):
 
 
 def test_segment_means_ragged_and_padding_excluded():
+    mixer = make_mixer("adamra", rates=[1 / 2, 1 / 8])
     t = torch.randn(2, 37, 4)
     mask = lengths_mask([37, 19], n=37)
-    means, valid = segment_means(t, mask, 8)
+    (_, _), (means, valid) = mixer._compressed(t, mask, padded=True)  # 1/8 is summed from the 1/2 windows
     assert means.shape == (2, 5, 4)
     assert valid.tolist() == [[True] * 5, [True, True, True, False, False]]
     torch.testing.assert_close(means[0, 4], t[0, 32:].mean(0))      # ragged last window: 5 tokens
@@ -116,3 +118,48 @@ def test_rejects_bad_settings():
         make_mixer("adamra", rates=[0.0])
     with pytest.raises(ValueError, match="feature_map"):
         make_mixer("adamra", feature_map="tanh")
+
+
+def _shell(**overrides) -> MultiHeadAttention:
+    torch.manual_seed(0)
+    shell = MultiHeadAttention(H * DH, H, build_mixer("adamra", rates=[1.0, 1 / 4, 1 / 16], **overrides), max_len=N)
+    shell = shell.double()
+    if shell.mixer.head_weight is not None:  # away from the identity init, so every map matters
+        with torch.no_grad():
+            shell.mixer.head_weight.add_(0.3 * torch.randn_like(shell.mixer.head_weight))
+    return shell
+
+
+@pytest.mark.parametrize("feature_map", ["relu", "elu", "softmax"])
+@pytest.mark.parametrize("head_proj", [True, False])
+@pytest.mark.parametrize("router", ["learned", "random"])
+def test_fused_shell_path_equals_projecting_every_token(feature_map, head_proj, router):
+    """Through the shell AdaMRA composes the projections and never projects every token; values and
+    gradients (inputs and every parameter) must equal the reference: project q, k, v, then forward."""
+    shell = _shell(feature_map=feature_map, head_proj=head_proj, router=router)
+    shell.train(router == "learned")  # the random router draws afresh per training call
+    mask = lengths_mask([N, 23, 0])   # a fully padded row too
+    x = torch.randn(B, N, H * DH, dtype=torch.float64, requires_grad=True)
+    params = [x] + list(shell.parameters())
+
+    def reference(x, mask):
+        heads = lambda t: t.view(B, N, H, DH).transpose(1, 2)  # noqa: E731
+        q, k, v = (heads(p(x)) for p in (shell.q_proj, shell.k_proj, shell.v_proj))
+        return shell.out_proj(shell.mixer(q, k, v, mask, x).transpose(1, 2).reshape(B, N, H * DH))
+
+    fused, ref = shell(x, mask), reference(x, mask)
+    torch.testing.assert_close(fused, ref, atol=1e-10, rtol=1e-10)
+    g_fused = torch.autograd.grad(fused.pow(2).sum(), params)
+    g_ref = torch.autograd.grad(ref.pow(2).sum(), params)
+    for a, b in zip(g_fused, g_ref):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-10)
+    assert torch.isfinite(fused).all() and fused[2].abs().max() == shell.out_proj.bias.abs().max()
+
+
+def test_fused_shell_path_never_projects_every_token():
+    shell = _shell()
+    calls = []
+    for proj in (shell.q_proj, shell.k_proj, shell.v_proj):
+        proj.register_forward_hook(lambda *args: calls.append(args[0]))
+    out = shell(torch.randn(B, N, H * DH, dtype=torch.float64), lengths_mask(LENGTHS))
+    assert out.shape == (B, N, H * DH) and calls == []

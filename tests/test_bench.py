@@ -33,7 +33,7 @@ def compose(*overrides: str):
     from hydra import compose as hydra_compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(bench.CONF_DIR), version_base="1.3"):
-        return hydra_compose("config", overrides=["mode=bench", "bench.task=listops", *overrides])
+        return hydra_compose("config", overrides=["mode=bench", "bench.task=listops", "bench.min_time_s=0", *overrides])
 
 
 def block_spec(attention: dict, n: int, **kw) -> dict:
@@ -92,6 +92,29 @@ def test_failed_length_is_recorded_and_others_go_on():
     assert failed["status"] == "failed" and "deliberate failure at N=32" in failed["error"]
 
 
+def test_min_time_extends_the_timed_steps():
+    spec = block_spec({"_target_": "attention.softmax.SoftmaxAttention", "_partial_": True}, 16, min_time_s=0.2)
+    r = bench.measure(spec)
+    assert r["status"] == "ok" and len(r["ms_all"]) > spec["repeats"] and sum(r["ms_all"]) >= 200
+
+
+def test_rounds_pool_the_steps_and_keep_the_largest_peak():
+    def result(steps, peak):
+        ms = sorted(steps)[len(steps) // 2]
+        return {"status": "ok", "length": 8, "ms": ms, "ms_min": min(steps), "ms_all": steps, "peak_mb": peak,
+                "peak_process_mb": peak + 100, "baseline_mb": 100, "examples_per_s": 8000 / ms, "tokens_per_s": 64000 / ms}
+
+    pooled = bench.pool_rounds([result([1.0, 2.0, 9.0], 10.0), result([3.0, 4.0], 12.0)])
+    assert pooled["ms"] == 3.0 and pooled["ms_min"] == 1.0 and pooled["ms_all"] == [1.0, 2.0, 9.0, 3.0, 4.0]
+    assert pooled["ms_rounds"] == [2.0, 4.0] and pooled["rounds"] == 2
+    assert pooled["examples_per_s"] == pytest.approx(8000 / 3.0) and pooled["tokens_per_s"] == pytest.approx(64000 / 3.0)
+    assert (pooled["peak_mb"], pooled["peak_process_mb"], pooled["peak_mb_rounds"]) == (12.0, 112.0, [10.0, 12.0])
+    failed = bench.pool_rounds([result([1.0], 1.0), {"status": "timeout", "length": 8, "error": "slow"}])
+    assert failed["status"] == "timeout" and failed["round"] == 1
+    with pytest.raises(ValueError, match="rounds"):
+        bench.plan(compose("bench.rounds=0"), "softmax")
+
+
 def test_ratio_table_is_softmax_over_variant():
     res = {("softmax", 64): {"status": "ok", "ms": 100.0, "peak_mb": 40.0},
            ("linear", 64): {"status": "ok", "ms": 25.0, "peak_mb": 80.0},
@@ -104,7 +127,7 @@ def test_ratio_table_is_softmax_over_variant():
 
 def test_cli_side_by_side_writes_records(tmp_path, capsys):
     rc = bench.main(["--protocol", "block", "--variants", "softmax", "--lengths", "16", "32", "--repeats", "1",
-                     "--warmup", "0", "--model", "tiny", "--no-isolate", "--threads", "1", "--results-dir", str(tmp_path)])
+                     "--warmup", "0", "--min-time", "0", "--rounds", "2", "--model", "tiny", "--no-isolate", "--threads", "1", "--results-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 0
     lines = out.splitlines()
@@ -116,4 +139,5 @@ def test_cli_side_by_side_writes_records(tmp_path, capsys):
     rec = records[0]
     assert (rec["mode"], rec["attention"], rec["status"], rec["protocol"]) == ("bench", "softmax", "finished", "block")
     assert [r["length"] for r in rec["efficiency"]["bench"]["results"]] == [16, 32]
+    assert all(r["rounds"] == 2 and len(r["ms_all"]) == 2 for r in rec["efficiency"]["bench"]["results"])
     assert rec["stamp"]["torch"] == torch.__version__

@@ -58,7 +58,7 @@ def test_preset_fast_dev_run(cli, experiment):
 @pytest.mark.parametrize("experiment,extra", [("efficiency", []), ("smat", ["smat_job=bench"])])
 def test_bench_preset_dry_run(cli, experiment, extra):
     cli(f"experiment={experiment}", *extra, "attention=softmax", "bench.lengths=[32,64]", "bench.batch_size=2",
-        "bench.repeats=1", "bench.warmup=0", "bench.isolate=false")
+        "bench.repeats=1", "bench.min_time_s=0", "bench.warmup=0", "bench.isolate=false")
     (path,) = (cli.cwd / "results" / "runs").glob("*.json")
     rec = json.loads(path.read_text())
     assert rec["status"] == "finished" and rec["mode"] == "bench"

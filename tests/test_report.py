@@ -133,7 +133,7 @@ def test_end_to_end_train_bench_report(cli):
         "trainer.enable_progress_bar=false", f"hydra.sweep.dir={cli.cwd / 'multirun'}")
     # in-process measurements keep this test fast; per-measurement subprocesses are tested in test_bench.py
     cli("-m", "mode=bench", "model=tiny", "bench.task=listops", "bench.protocol=table2,smat", "bench.lengths=[32,64]",
-        "bench.repeats=1", "bench.warmup=1", "bench.threads=1", "bench.isolate=false",
+        "bench.repeats=1", "bench.min_time_s=0", "bench.warmup=1", "bench.threads=1", "bench.isolate=false",
         f"hydra.sweep.dir={cli.cwd / 'multirun-bench'}")
     # a second attention on the same task (only softmax exists as a variant in this test's world)
     write_record(results / "runs", "zz-other", "train", "listops", "other", 0, metrics={"test_acc": 0.25})
