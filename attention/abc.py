@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention.base import Mixer
+from attention.base import Mixer, require_positive
 from attention.masking import key_bias, zero_padded
 
 CONTROLS = ("mlp", "random", "linformer", "segment")
@@ -88,8 +88,7 @@ class ABCAttention(Mixer):
         super().__init__(n_heads, head_dim, max_len, layer_idx)
         if control not in CONTROLS:
             raise ValueError(f"abc control={control!r}; valid: {', '.join(CONTROLS)}")
-        if memory_size <= 0:
-            raise ValueError(f"abc memory_size={memory_size} must be positive")
+        require_positive(memory_size=memory_size)
         self.memory_size = memory_size
         self.control = control
         self.normalize = normalize

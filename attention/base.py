@@ -18,8 +18,28 @@ projections and head splitting; a mixer only mixes tokens per head::
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor, nn
+
+
+def require_positive(*, hint: str = "", **settings: float) -> None:
+    """Raise naming every attention setting that is not > 0 (by its config key, so the message
+    points at the fix)."""
+    _require(settings, lambda v: v > 0, "must be positive", hint)
+
+
+def require_non_negative(*, hint: str = "", **settings: float) -> None:
+    """Raise naming every attention setting that is negative."""
+    _require(settings, lambda v: v >= 0, "must be >= 0", hint)
+
+
+def _require(settings: dict[str, float], ok: Callable[[float], bool], what: str, hint: str) -> None:
+    bad = [f"attention.{name}={value}" for name, value in settings.items() if not ok(value)]
+    if bad:
+        raise ValueError(f"{' and '.join(bad)} {what}{f' ({hint})' if hint else ''}; "
+                         "set it in conf/attention/<name>.yaml or on the command line")
 
 
 class Mixer(nn.Module):

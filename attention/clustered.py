@@ -51,7 +51,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import Mixer
+from attention.base import Mixer, require_non_negative, require_positive
 from attention.masking import key_bias, neg_fill, zero_padded
 
 
@@ -178,11 +178,8 @@ class ClusteredAttention(Mixer):
         topk: int = 32,
     ) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
-        for name, value in {"clusters": clusters, "bits": bits, "topk": topk}.items():
-            if value <= 0:
-                raise ValueError(f"attention.{name}={value} must be positive")
-        if iterations < 0:
-            raise ValueError(f"attention.iterations={iterations} must be >= 0")
+        require_positive(clusters=clusters, bits=bits, topk=topk)
+        require_non_negative(iterations=iterations)
         self.clusters = clusters
         self.bits = bits
         self.iterations = iterations

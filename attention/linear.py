@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import Mixer
+from attention.base import Mixer, require_positive
 from attention.masking import zero_padded
 
 
@@ -34,8 +34,7 @@ def elu_feature_map(x: Tensor) -> Tensor:
 class LinearAttention(Mixer):
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, eps: float = 1e-6) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
-        if eps <= 0:
-            raise ValueError(f"eps={eps} must be positive")
+        require_positive(eps=eps)
         self.eps = eps
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attention.base import Mixer
+from attention.base import Mixer, require_positive
 from attention.masking import zero_padded
 
 
@@ -38,8 +38,7 @@ class LinformerAttention(Mixer):
         self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, k: int = 256, share_kv: bool = False,
     ) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
-        if k <= 0:
-            raise ValueError(f"linformer k={k} must be positive")
+        require_positive(k=k)
         self.k = min(k, max_len)
         std = max_len ** -0.5
         self.proj_k = nn.Parameter(torch.randn(max_len, self.k) * std)

@@ -30,7 +30,7 @@ import math
 import torch
 from torch import Tensor
 
-from attention.base import Mixer
+from attention.base import Mixer, require_non_negative
 from attention.blocks import (block_sparse_attention, dense_rows, from_blocks, mask_blocks, slot_allow, to_blocks,
                               window_table)
 from attention.masking import zero_padded
@@ -39,8 +39,7 @@ from attention.masking import zero_padded
 class LongformerAttention(Mixer):
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, window: int = 128) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
-        if window < 0:
-            raise ValueError(f"longformer window must be >= 0, got {window}")
+        require_non_negative(window=window)
         self.window = window
 
     def pattern(self, n: int) -> Tensor:

@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention.base import Mixer
+from attention.base import Mixer, require_positive
 from attention.masking import key_bias, pad_to_multiple, zero_padded
 
 
@@ -73,8 +73,7 @@ class MemformerAttention(Mixer):
         mrbp: bool = False,
     ) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
-        if memory_slots <= 0 or segment_len <= 0:
-            raise ValueError(f"memformer memory_slots={memory_slots} and segment_len={segment_len} must be positive")
+        require_positive(memory_slots=memory_slots, segment_len=segment_len)
         d = n_heads * head_dim
         self.memory_slots = memory_slots
         self.segment_len = segment_len

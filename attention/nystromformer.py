@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention.base import Mixer
+from attention.base import Mixer, require_positive
 from attention.masking import neg_fill, zero_padded
 
 
@@ -76,8 +76,7 @@ class NystromAttention(Mixer):
         conv_kernel: int | None = 33,
     ) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
-        if num_landmarks <= 0 or pinv_iterations <= 0:
-            raise ValueError(f"num_landmarks={num_landmarks} and pinv_iterations={pinv_iterations} must be positive")
+        require_positive(num_landmarks=num_landmarks, pinv_iterations=pinv_iterations)
         self.num_landmarks = min(num_landmarks, max_len)
         self.pinv_iterations = pinv_iterations
         self.conv_weight = None

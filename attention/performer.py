@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import Mixer
+from attention.base import Mixer, require_non_negative, require_positive
 from attention.masking import zero_padded
 
 KERNELS = ("softmax", "relu")
@@ -86,10 +86,8 @@ class PerformerAttention(Mixer):
         super().__init__(n_heads, head_dim, max_len, layer_idx)
         if kernel not in KERNELS:
             raise ValueError(f"performer kernel={kernel!r}; valid: {', '.join(KERNELS)}")
-        if nb_features <= 0:
-            raise ValueError(f"nb_features={nb_features} must be positive")
-        if redraw_interval < 0:
-            raise ValueError(f"redraw_interval={redraw_interval} must be >= 0 (0 = never redraw)")
+        require_positive(nb_features=nb_features)
+        require_non_negative(redraw_interval=redraw_interval, hint="0 = never redraw")
         self.nb_features = nb_features
         self.kernel = kernel
         self.redraw_interval = redraw_interval

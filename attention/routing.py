@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import Mixer
+from attention.base import Mixer, require_positive
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 
 
@@ -89,8 +89,7 @@ class RoutingAttention(Mixer):
         if not 0 <= self.local_heads <= n_heads:
             raise ValueError(f"attention.local_heads={local_heads} must lie in [0, model.n_heads={n_heads}]")
         self.n_clusters = max(1, round(math.sqrt(max_len))) if n_clusters is None else n_clusters
-        if self.n_clusters <= 0 or window <= 0:
-            raise ValueError(f"attention.n_clusters ({n_clusters}) and attention.window ({window}) must be positive")
+        require_positive(n_clusters=self.n_clusters, window=window)
         if not 0.0 <= decay <= 1.0 or commitment < 0:
             raise ValueError(f"attention.decay={decay} must lie in [0, 1] and attention.commitment={commitment} >= 0")
         self.window = window

@@ -39,7 +39,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attention.base import Mixer
+from attention.base import Mixer, require_positive
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 
 
@@ -64,8 +64,7 @@ class SinkhornAttention(Mixer):
         gumbel_noise: bool = True,
     ) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
-        if block_size <= 0 or sinkhorn_iterations <= 0 or temperature <= 0:
-            raise ValueError("block_size, sinkhorn_iterations and temperature must be positive")
+        require_positive(block_size=block_size, sinkhorn_iterations=sinkhorn_iterations, temperature=temperature)
         self.block_size = min(block_size, max_len)
         self.max_blocks = math.ceil(max_len / self.block_size)
         self.sinkhorn_iterations = sinkhorn_iterations

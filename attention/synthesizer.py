@@ -30,7 +30,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from attention.base import Mixer
+from attention.base import Mixer, require_positive
 from attention.masking import key_bias, zero_padded
 
 
@@ -77,8 +77,8 @@ class RandomSynthesizer(Mixer):
         trainable: bool = True, rank: int | None = None,
     ) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
-        if rank is not None and rank <= 0:
-            raise ValueError(f"rank={rank} must be positive (or null for a full matrix)")
+        if rank is not None:
+            require_positive(rank=rank, hint="or null for a full matrix")
         self.rank = rank
         g = self.generator("cpu")
         if rank is None:

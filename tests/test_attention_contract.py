@@ -82,3 +82,14 @@ def test_deterministic_for_a_seed(name):
     torch.testing.assert_close(outs[0], outs[3])  # training draws repeat for a seed
     torch.testing.assert_close(outs[1], outs[4])
     torch.testing.assert_close(outs[1], outs[2])  # eval is deterministic call to call
+
+
+@pytest.mark.parametrize("name, setting, value", [
+    ("abc_mlp", "memory_size", 0), ("linear", "eps", 0.0), ("linformer", "k", 0), ("longformer", "window", -1),
+    ("memformer", "segment_len", 0), ("nystromformer", "pinv_iterations", 0), ("performer", "nb_features", 0),
+    ("performer", "redraw_interval", -1), ("routing", "window", 0), ("sinkhorn", "temperature", 0.0),
+    ("synthesizer_random", "rank", 0), ("clustered", "topk", 0), ("clustered", "iterations", -1),
+])
+def test_bad_numeric_setting_is_named(name, setting, value):
+    with pytest.raises(ValueError, match=rf"attention\.{setting}={value} must be .*conf/attention"):
+        make_mixer(name, **{setting: value})
