@@ -1,0 +1,127 @@
+"""Mutation check: plant each curated bug in a scratch copy of the repository and require that the
+tests it names fail.
+
+    python -m tests.mutation                 # every mutant, 2 workers
+    python -m tests.mutation --only adamra   # the mutants whose name contains "adamra"
+    python -m tests.mutation --list
+
+A mutant that leaves its tests green "survives": the tests would not notice that bug, and the run
+exits 1. Before planting anything, the named tests must pass on the unmutated copy (otherwise a
+"kill" would mean nothing). The source tree is never modified: each worker owns a copy.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tests.mutants import Mutant, all_mutants
+
+ROOT = Path(__file__).resolve().parent.parent
+COPIED = ("attention", "models", "lra", "tests", "conf", "run.py", "pyproject.toml")
+IGNORE = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis", ".pytest_cache")
+
+
+def _copy_tree(dest: Path) -> None:
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=IGNORE)
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+
+
+def _pytest(workdir: Path, targets: tuple[str, ...], timeout: int) -> tuple[int, float]:
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(workdir),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+                               "-o", "addopts=", *targets], cwd=workdir, env=env,
+                              capture_output=True, text=True, timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        rc = -1  # a mutant that hangs the tests is caught (by the timeout)
+    return rc, time.perf_counter() - start
+
+
+def check_applies(mutant: Mutant) -> None:
+    text = (ROOT / mutant.file).read_text()
+    count = text.count(mutant.old)
+    if count != 1:
+        raise SystemExit(f"mutant {mutant.name}: its snippet occurs {count} times in {mutant.file} "
+                         "(must be exactly once); update tests/mutants/ after changing that code")
+
+
+def run_one(mutant: Mutant, workdir: Path, timeout: int) -> tuple[Mutant, bool, float]:
+    path = workdir / mutant.file
+    original = path.read_text()
+    path.write_text(original.replace(mutant.old, mutant.new, 1))
+    try:
+        rc, secs = _pytest(workdir, mutant.tests, timeout)
+    finally:
+        path.write_text(original)
+    return mutant, rc not in (0, 5), secs  # 5 = no test collected: that is not a kill
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="", help="run the mutants whose name contains this text")
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--timeout", type=int, default=600, help="seconds per mutant before it counts as killed")
+    ap.add_argument("--list", action="store_true")
+    args = ap.parse_args(argv)
+
+    mutants = [m for m in all_mutants() if args.only in m.name]
+    for m in mutants:
+        check_applies(m)
+    if args.list:
+        for m in mutants:
+            print(f"{m.name:40s} {m.file}: {m.why}")
+        print(f"{len(mutants)} mutants")
+        return 0
+    if not mutants:
+        print(f"no mutant matches --only {args.only!r}")
+        return 2
+
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="lra-mutation-") as tmp:
+        workdirs = [Path(tmp) / f"w{i}" for i in range(max(1, args.jobs))]
+        for w in workdirs:
+            _copy_tree(w)
+        targets = tuple(sorted({t for m in mutants for t in m.tests}))
+        rc, secs = _pytest(workdirs[0], targets, args.timeout * 4)
+        if rc != 0:
+            print(f"the unmutated tests fail (pytest exit {rc}): fix them before checking mutants")
+            return 2
+        print(f"baseline: {len(targets)} test targets pass on the unmutated copy ({secs:.0f} s)")
+
+        survivors: list[Mutant] = []
+        free = list(workdirs)
+        with ThreadPoolExecutor(len(workdirs)) as pool:
+            def task(m: Mutant):
+                w = free.pop()
+                try:
+                    return run_one(m, w, args.timeout)
+                finally:
+                    free.append(w)
+            for mutant, killed, secs in pool.map(task, mutants):
+                print(f"{'killed  ' if killed else 'SURVIVED'} {mutant.name:40s} {secs:6.1f} s  {mutant.why}", flush=True)
+                if not killed:
+                    survivors.append(mutant)
+    total = time.perf_counter() - start
+    print(f"\n{len(mutants) - len(survivors)}/{len(mutants)} mutants killed in {total / 60:.1f} min "
+          f"({args.jobs} workers)")
+    for m in survivors:
+        print(f"  survived: {m.name} ({m.file}): {m.why}; tests {', '.join(m.tests)}")
+    return 1 if survivors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
