@@ -3,11 +3,15 @@ and a tiny synthetic task on which every variant must beat chance."""
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 from torch import Tensor
 
 from attention.registry import build_mixer
+
+# LRA_TEST_DEVICE=cuda runs the reference and contract tests on a GPU (the first session lent one).
+DEVICE = torch.device(os.environ.get("LRA_TEST_DEVICE", "cpu"))
 
 B, H, N, DH = 3, 2, 37, 8   # N deliberately divides no block/segment size
 MAX_LEN = 64
