@@ -11,7 +11,9 @@ Choices the paper leaves open (and the fixes of known port defects), written dow
 
 * The random plan is drawn once per layer, at construction, from a ``torch.Generator`` seeded with
   this mixer's seed, and stored as the persistent buffer ``rand_priority [H, nb_max, nb_max]`` (one
-  uniform priority per head, query block and key block, for ``nb_max = ceil(max_len/block_size)``).
+  priority per head, query block and key block, for ``nb_max = ceil(max_len/block_size)``): the
+  rank (int64, distinct per row) of a uniform draw. Integers, so casting the model to bfloat16/half
+  leaves the plan unchanged (float priorities rounded into ties and changed rows of the plan).
   At a length of ``nb`` blocks, query block a reads the ``num_random_blocks`` highest-priority key
   blocks among all blocks of the sequence except its window and the global blocks: a uniform draw
   without replacement from the *whole* sequence, fixed across calls (not redrawn per step, and not
@@ -20,8 +22,14 @@ Choices the paper leaves open (and the fixes of known port defects), written dow
   them. A sequence of at most two blocks is all-global, i.e. exact softmax; that is the clamp for
   short inputs (no shrinking of the block size).
 * A window block that is also a global block is read once (via the global slot).
-* Lengths that do not divide the block size are padded inside (masked keys) and cut back; padding
-  is masked everywhere, including inside global and random blocks.
+* Padding: the plan of a sample follows its own real length, not the batch's padded length: with
+  ``nb`` = the number of blocks up to its last real token, the global blocks are 0 and ``nb - 1``
+  and the random blocks are drawn among its ``nb`` blocks, so a sequence gives the same output
+  whatever padding the batch adds (the plan of the padded length would make a padding block
+  global and move the random blocks). Samples are processed in groups of equal ``nb`` (one pass
+  when the batch has no padding). Lengths that do not divide the block size are padded inside
+  (masked keys) and cut back; padding is masked everywhere, including inside global and random
+  blocks; a sample with no real token gives zeros.
 * Block-wise implementation: a gather of ``3 + 2 + r`` key blocks per query block
   (``O(N * (5 + r) * block_size)``) plus dense rows for the two global query blocks.
 """
@@ -49,7 +57,15 @@ class BigBirdAttention(Mixer):
         self.window_blocks = window_blocks
         nb_max = math.ceil(max_len / block_size)
         g = torch.Generator().manual_seed(self.seed)
-        self.register_buffer("rand_priority", torch.rand(n_heads, nb_max, nb_max, generator=g))
+        ranks = torch.rand(n_heads, nb_max, nb_max, generator=g).argsort(dim=-1).argsort(dim=-1)
+        self.register_buffer("rand_priority", ranks)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        # Checkpoints from before the integer plan stored float priorities: keep their plan (same order).
+        key = prefix + "rand_priority"
+        if key in state_dict and state_dict[key].is_floating_point():
+            state_dict[key] = state_dict[key].float().argsort(dim=-1).argsort(dim=-1)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def random_blocks(self, nb: int) -> tuple[Tensor, Tensor]:
         """The random plan at ``nb`` blocks: ``idx [H, nb, r]`` key blocks and ``valid [H, nb, r]``.
@@ -63,7 +79,7 @@ class BigBirdAttention(Mixer):
         a = torch.arange(nb, device=dev)
         w = self.window_blocks // 2
         excluded = ((a[:, None] - a[None, :]).abs() <= w) | (a[None, :] == 0) | (a[None, :] == nb - 1)
-        pri = self.rand_priority[:, :nb, :nb].masked_fill(excluded, -1.0)
+        pri = self.rand_priority[:, :nb, :nb].masked_fill(excluded, -1)
         r = min(self.num_random_blocks, nb)
         val, idx = pri.topk(r, dim=-1)
         return idx, val >= 0
@@ -84,6 +100,25 @@ class BigBirdAttention(Mixer):
         return idx, valid
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+        n, bs = q.shape[2], self.block_size
+        # Blocks up to each sample's last real token (0 for an empty sample): its own plan's length.
+        pos = torch.arange(1, n + 1, device=mask.device)
+        real_blocks = torch.div((pos * mask).amax(dim=-1) + bs - 1, bs, rounding_mode="floor")
+        groups = torch.unique(real_blocks).tolist()
+        if groups == [math.ceil(n / bs)]:                                # one plan for the whole batch
+            return self._attend(q, k, v, mask)
+        out = torch.zeros_like(q if q.shape[-1] == v.shape[-1] else v)
+        for nb in groups:
+            if nb == 0:
+                continue
+            rows = (real_blocks == nb).nonzero().squeeze(-1)
+            cut = min(n, nb * bs)
+            part = self._attend(q[rows, :, :cut], k[rows, :, :cut], v[rows, :, :cut], mask[rows, :cut])
+            out = out.index_copy(0, rows, torch.nn.functional.pad(part, (0, 0, 0, n - cut)))
+        return out
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """The BigBird pattern of the (cut) length of ``q``: every sample's last block is its last real one."""
         n, bs = q.shape[2], self.block_size
         qs = q * (1.0 / math.sqrt(q.shape[-1]))
         qb, kb, vb, mb = to_blocks(qs, bs), to_blocks(k, bs), to_blocks(v, bs), mask_blocks(mask, bs)

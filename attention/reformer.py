@@ -16,10 +16,14 @@
 Choices the paper leaves open (and fixes of known port defects), written down:
 
 * Defaults follow the Nyströmformer LRA protocol (``reformer-2``, HF LSH attention): 2 hash rounds,
-  chunk length 64, about two buckets per chunk (``bucket_size = 32`` average tokens per bucket:
-  ``n_buckets = ceil(N / bucket_size)`` rounded up to even; the paper's ``m = 2N / n_buckets``).
-* Short sequences: ``n_buckets`` becomes 1 (no hashing) when ``N <= bucket_size`` and the chunk is
-  clamped to N, so a short input is exact shared-QK attention with the self-token rule.
+  chunk length 64, about two buckets per chunk (``bucket_size = 32`` average tokens per bucket).
+* The bucket count and the chunk length follow ``max_len``, never the (padded) batch length:
+  ``n_buckets = ceil(max_len / bucket_size)`` rounded up to even (the paper's ``m = 2N / n_buckets``
+  at N = max_len) and ``m = min(chunk_size, max_len)``. So the same sequence padded to N or to 2N
+  hashes into the same buckets and the same chunks and gives the same output (deriving them from
+  the padded N, as before, changed the output with the batch's padding).
+* Short configurations: ``n_buckets`` is 1 (no hashing) when ``max_len <= bucket_size``, and with
+  one chunk covering the sequence the method is exact shared-QK attention with the self-token rule.
 * Padding: padded tokens get bucket id ``n_buckets`` (after every real bucket), so they sort behind
   all real tokens and cannot change which real tokens share a chunk; they are also masked as keys.
   The sequence is padded inside to whole chunks (those tokens are padding too).
@@ -63,9 +67,11 @@ class ReformerAttention(Mixer):
         self.chunk_size = chunk_size
         self.self_penalty = self_penalty
 
-    def n_buckets(self, n: int) -> int:
-        """About ``n / bucket_size`` buckets, even (h(x) needs b/2 axes); 1 (no hashing) for short inputs."""
-        nb = math.ceil(n / self.bucket_size)
+    @property
+    def n_buckets(self) -> int:
+        """About ``max_len / bucket_size`` buckets, even (h(x) needs b/2 axes); 1 (no hashing) when
+        ``max_len <= bucket_size``. From max_len, not the batch length, so padding changes nothing."""
+        nb = math.ceil(self.max_len / self.bucket_size)
         return 1 if nb <= 1 else nb + nb % 2
 
     def rotations(self, n_buckets: int, device: torch.device, dtype: torch.dtype) -> Tensor:
@@ -86,8 +92,8 @@ class ReformerAttention(Mixer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         b, h, n, d = q.shape
         r = self.n_hashes
-        m = min(self.chunk_size, n)
-        nbk = self.n_buckets(n)
+        m = min(self.chunk_size, self.max_len)
+        nbk = self.n_buckets
         rot = self.rotations(nbk, q.device, q.dtype)
         kn = F.normalize(q, dim=-1, eps=1e-6)
         qs = pad_to_multiple(q * (1.0 / math.sqrt(d)), m, dim=2)

@@ -16,9 +16,9 @@ ATOL, RTOL = 2e-5, 1e-4
 
 
 def dense_pattern_softmax(q, k, v, mask, allowed):
-    """Materialised softmax over ``allowed [n, n]`` or ``[H, n, n]`` and real keys; padded rows 0."""
+    """Materialised softmax over ``allowed [n, n]``, ``[H, n, n]`` or ``[B, H, n, n]`` and real keys; padded rows 0."""
     scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.shape[-1])
-    ok = allowed.expand(q.shape[1], -1, -1)[None] & mask[:, None, None, :]
+    ok = (allowed if allowed.dim() == 4 else allowed.expand(q.shape[1], -1, -1)[None]) & mask[:, None, None, :]
     w = torch.softmax(scores.masked_fill(~ok, float("-inf")), dim=-1).nan_to_num(0.0)
     return torch.einsum("bhij,bhjd->bhid", w, v) * mask[:, None, :, None]
 
@@ -45,10 +45,15 @@ def sparse_pattern(n, kind, stride, summary=None):
     return (i // stride == j // stride) | (j % stride >= stride - summary)
 
 
-def bigbird_pattern(mixer, n):
-    """Per head ``[H, n, n]``: window blocks, first/last block global both ways, random blocks."""
+def bigbird_pattern(mixer, n, lengths=LENGTHS):
+    """Per sample and head ``[B, H, n, n]``: window blocks, first/last block global both ways, random
+    blocks; the plan of a sample follows its own real length (its last real block is global)."""
+    return torch.stack([bigbird_sample_pattern(mixer, n, max(1, math.ceil(length / mixer.block_size)))
+                        for length in lengths])
+
+
+def bigbird_sample_pattern(mixer, n, nb):
     bs, w = mixer.block_size, mixer.window_blocks // 2
-    nb = math.ceil(n / bs)
     i, j = pairs(n)
     bi, bj = i // bs, j // bs
     base = ((bi - bj).abs() <= w) | (bi == 0) | (bi == nb - 1) | (bj == 0) | (bj == nb - 1)
