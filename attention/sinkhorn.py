@@ -19,7 +19,9 @@ Choices the paper leaves open, written down:
   shared by the heads, its output cut to the n_B blocks of the batch.
 * Defaults: block 32, 7 Sinkhorn iterations, temperature 0.75 (the settings the paper reports
   best, as used by the public PyTorch reproduction); Gumbel noise (Gumbel-Sinkhorn, Mena et al.
-  2018) is added in training only, drawn from the mixer's generator; eval uses no noise.
+  2018) is added in training only, drawn from the mixer's generator at the ``max_len`` size
+  ``[B, H, max_blocks, max_blocks]`` and cut to the batch's blocks (a draw of the batch's size
+  would give a block other noise when the batch is padded further); eval uses no noise.
   ``block_size`` is clamped to ``max_len``. A length not divisible by the block is padded inside
   and the output cut back. With one block covering the sequence the method is exact softmax.
 * Padding: blocks with no real token are left out of the matching: their rows and columns of the
@@ -85,8 +87,10 @@ class SinkhornAttention(Mixer):
         n_b = summaries.shape[2]
         logits = self.block_logits(summaries, n_b)
         if self.training and self.gumbel_noise:
-            u = torch.rand(logits.shape, generator=self.generator(logits.device), device=logits.device,
-                           dtype=logits.dtype)
+            # Drawn at the size of max_len and cut, so a block's noise does not depend on the padding.
+            full = (*logits.shape[:-2], self.max_blocks, self.max_blocks)
+            u = torch.rand(full, generator=self.generator(logits.device), device=logits.device,
+                           dtype=logits.dtype)[..., :n_b, :n_b]
             logits = logits - torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6)))
         logits = logits / self.temperature
         pair = (block_valid[:, :, None] & block_valid[:, None, :])[:, None]
