@@ -1,0 +1,99 @@
+"""Baselines beyond one call: padding-independence (the same sequence in a batch padded to N or to
+2N), the random-draw schedules (Performer features redrawn every ``redraw_interval`` training
+steps and never at eval; Reformer's rotations fresh per training step and fixed at eval) and a
+BigBird plan that survives a cast to bfloat16."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention.performer import orthogonal_gaussian
+from tests.attention_harness import DEVICE, lengths_mask, make_mixer
+from tests.test_reference_baselines import CASES, F64, IDS, inputs
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+@pytest.mark.parametrize("name,kw,n,max_len,lengths", CASES, ids=IDS)
+def test_padding_to_twice_the_length_changes_nothing(name, kw, n, max_len, lengths, train):
+    """Bucket counts, chunk lengths, landmarks, block plans and random draws must not follow the
+    batch's padded length: the real outputs at N and at 2N agree (fresh mixers of one seed)."""
+    max_len = 2 * n + 6
+    q, k, v, x = (t.detach() for t in inputs(name, len(lengths), n))
+    q2, k2, v2, x2 = (t.detach() for t in inputs(name, len(lengths), 2 * n, seed=7))
+    q2, k2, v2 = (torch.cat([a, b[:, :, n:]], dim=2) for a, b in ((q, q2), (k, k2), (v, v2)))
+    x2 = torch.cat([x, x2[:, n:]], dim=1)
+    if name == "reformer":
+        k2 = q2
+    outs = []
+    for args, size in (((q, k, v, x), n), ((q2, k2, v2, x2), 2 * n)):
+        mixer = make_mixer(name, max_len=max_len, **kw).to(DEVICE, F64).train(train)
+        mask = lengths_mask(lengths, size).to(DEVICE)
+        with torch.no_grad():
+            outs.append(mixer(*args[:3], mask, args[3]))
+    assert torch.equal(outs[1][:, :, n:], torch.zeros_like(outs[1][:, :, n:]))
+    torch.testing.assert_close(outs[1][:, :, :n], outs[0], atol=1e-11, rtol=1e-9)
+
+
+def test_performer_features_redrawn_every_interval_training_steps_never_at_eval():
+    mixer = make_mixer("performer_32", redraw_interval=3).to(DEVICE, F64)
+    m, d = mixer.nb_features, mixer.head_dim
+    stream = torch.Generator(device=DEVICE).manual_seed(mixer.seed)
+    if DEVICE.type == "cpu":   # the constructor's first draw came from the CPU training stream
+        orthogonal_gaussian(m, d, stream, DEVICE)
+    draws = [orthogonal_gaussian(m, d, stream, DEVICE).to(F64) for _ in range(4)]
+    q, k, v, x = (t.detach() for t in inputs("performer", 2, 11))
+    mask = lengths_mask([11, 6], 11).to(DEVICE)
+    # Training call t uses draw 1 + t // 3; eval calls neither redraw nor advance the schedule.
+    schedule = ["train", "eval", "train", "train", "eval", "eval", "train", "train", "train", "eval", "train"]
+    expected = [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2]
+    seen = []
+    for mode in schedule:
+        mixer.train(mode == "train")
+        with torch.no_grad():
+            mixer(q, k, v, mask, x)
+        seen.append(mixer.features.clone())
+    for step, (feat, want) in enumerate(zip(seen, expected)):
+        assert torch.equal(feat, draws[want]), f"call {step} ({schedule[step]}) should use draw {want}"
+    assert mixer.training_calls == schedule.count("train")
+
+
+def test_reformer_rotations_fresh_per_training_step_fixed_at_eval():
+    mixer = make_mixer("reformer", bucket_size=8, chunk_size=7).to(DEVICE, F64)
+    seen = []
+    draw = mixer.rotations
+    mixer.rotations = lambda *a: seen.append(draw(*a)) or seen[-1]
+    q, _, v, x = (t.detach() for t in inputs("reformer", 2, 37))
+    mask = lengths_mask([37, 20], 37).to(DEVICE)
+    shape = (mixer.n_heads, mixer.n_hashes, mixer.head_dim, 4)        # 8 buckets: ceil(64 / 8)
+    with torch.no_grad():
+        for mode in (True, True, True, False, False, True):
+            mixer.train(mode)(q, q, v, mask, x)
+    train_stream = torch.Generator(device=DEVICE).manual_seed(mixer.seed)
+    train = [torch.randn(shape, generator=train_stream, device=DEVICE).to(F64) for _ in range(4)]
+    evaluation = torch.randn(shape, generator=torch.Generator(device=DEVICE).manual_seed(mixer.seed ^ 0x5EED),
+                             device=DEVICE).to(F64)
+    for got, want in zip(seen, [train[0], train[1], train[2], evaluation, evaluation, train[3]]):
+        assert torch.equal(got, want)
+    assert not torch.equal(train[0], train[1])
+
+
+def test_bigbird_plan_unchanged_by_bfloat16_cast():
+    mixer = make_mixer("bigbird", n_heads=4, max_len=2000)
+    lengths = (32, 20, 7)
+    before = [mixer.random_blocks(nb) for nb in lengths]
+    mixer.to(torch.bfloat16)
+    for nb, (idx, valid) in zip(lengths, before):
+        idx2, valid2 = mixer.random_blocks(nb)
+        assert torch.equal(idx, idx2) and torch.equal(valid, valid2), f"plan changed at {nb} blocks"
+
+
+def test_bigbird_float_priorities_of_old_checkpoints_keep_their_plan():
+    mixer = make_mixer("bigbird", block_size=4, num_random_blocks=2)
+    old = torch.rand(mixer.rand_priority.shape, dtype=torch.float64)
+    mixer.load_state_dict({**mixer.state_dict(), "rand_priority": old})
+    w = mixer.window_blocks // 2
+    nb = 12
+    a = torch.arange(nb)
+    excluded = ((a[:, None] - a[None, :]).abs() <= w) | (a[None, :] == 0) | (a[None, :] == nb - 1)
+    want = old[:, :nb, :nb].masked_fill(excluded, -1.0).topk(2, dim=-1).indices
+    assert torch.equal(mixer.random_blocks(nb)[0], want)
