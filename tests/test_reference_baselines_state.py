@@ -97,3 +97,10 @@ def test_bigbird_float_priorities_of_old_checkpoints_keep_their_plan():
     excluded = ((a[:, None] - a[None, :]).abs() <= w) | (a[None, :] == 0) | (a[None, :] == nb - 1)
     want = old[:, :nb, :nb].masked_fill(excluded, -1.0).topk(2, dim=-1).indices
     assert torch.equal(mixer.random_blocks(nb)[0], want)
+
+
+def test_linformer_every_layer_owns_its_projections():
+    """One LRA port kept E, F as a class attribute shared by every layer and model in the process."""
+    first, second = (make_mixer("linformer", layer_idx=i, seed=i) for i in range(2))
+    for a, b in ((first.proj_k, second.proj_k), (first.proj_v, second.proj_v)):
+        assert a is not b and a.data_ptr() != b.data_ptr() and not torch.equal(a, b)
