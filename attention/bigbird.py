@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer
@@ -107,14 +108,14 @@ class BigBirdAttention(Mixer):
         groups = torch.unique(real_blocks).tolist()
         if groups == [math.ceil(n / bs)]:                                # one plan for the whole batch
             return self._attend(q, k, v, mask)
-        out = torch.zeros_like(q if q.shape[-1] == v.shape[-1] else v)
+        out = torch.zeros_like(v)
         for nb in groups:
             if nb == 0:
                 continue
             rows = (real_blocks == nb).nonzero().squeeze(-1)
             cut = min(n, nb * bs)
             part = self._attend(q[rows, :, :cut], k[rows, :, :cut], v[rows, :, :cut], mask[rows, :cut])
-            out = out.index_copy(0, rows, torch.nn.functional.pad(part, (0, 0, 0, n - cut)))
+            out = out.index_copy(0, rows, F.pad(part, (0, 0, 0, n - cut)))
         return out
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
