@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx
+from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx, softmax_reference
 from tests.reference import baselines as ref
 
 F64 = torch.float64
@@ -185,3 +185,11 @@ test_synthesizer_equals_reference = family_test("synthesizer_dense", "synthesize
 
 def test_every_baseline_config_has_a_reference_case():
     assert {c[0] for c in CASES} == set(BASELINES)
+
+
+def test_reference_softmax_agrees_with_the_harness_softmax():
+    """The references' masked softmax (with its zero rows for fully padded samples) is the harness's."""
+    q, k, v, _ = (t.detach() for t in inputs("softmax", 3, 37))
+    mask = lengths_mask([37, 23, 0], 37).to(DEVICE)
+    torch.testing.assert_close(ref.pattern_attention(q, k, v, mask), softmax_reference(q, k, v, mask),
+                               atol=1e-12, rtol=1e-10)

@@ -23,7 +23,7 @@ MUTANTS = [
     # ------------------------------------------------------------------ shared
     Mutant("baselines-fully-padded-row-nan", "attention/masking.py",
            "return torch.finfo(dtype).min / 2", 'return float("-inf")',
-           "softmax over an all -inf row: a fully padded row gives NaN", ref("softmax")),
+           "softmax over an all -inf row: a fully padded row gives NaN", ref("local")),
     Mutant("baselines-window-table-wraps", "attention/blocks.py",
            "return raw.clamp(0, nb - 1), valid", "return raw % nb, torch.ones_like(valid)",
            "sliding block window wraps around the sequence ends", ref("local")),
