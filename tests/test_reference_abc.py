@@ -59,6 +59,6 @@ def test_slot_draws_fresh_in_training_fixed_per_position_in_eval():
 def test_eval_output_of_a_sequence_does_not_depend_on_the_batch():
     mixer = _mixer("abc_rd", train=False, memory_size=8)
     q, k, v, x = (t.double().to(DEVICE) for t in qkvx(b=3, n=N))
-    alone = mixer(q[:1, :, :29], k[:1, :, :29], v[:1, :, :29], lengths_mask([29], n=29).to(DEVICE), x[:1, :29])
-    batch = mixer(q, k, v, lengths_mask([29, 37, 11], n=N).to(DEVICE), x)
-    torch.testing.assert_close(batch[:1, :, :29], alone, rtol=1e-10, atol=1e-12)
+    alone = mixer(q[1:2, :, :29], k[1:2, :, :29], v[1:2, :, :29], lengths_mask([29], n=29).to(DEVICE), x[1:2, :29])
+    batch = mixer(q, k, v, lengths_mask([37, 29, 11], n=N).to(DEVICE), x)   # the sequence in row 1, padded to 37
+    torch.testing.assert_close(batch[1:2, :, :29], alone, rtol=1e-10, atol=1e-12)
