@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from attention.adamra import AdaMRAAttention
-from attention.registry import build_mixer
+from attention.registry import CONF_DIR, build_mixer
 from attention.shell import MultiHeadAttention
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx
 from tests.reference.adamra import adamra_reference
@@ -137,3 +138,11 @@ def test_learned_router_learns_the_best_head_and_frozen_one_does_not():
     print(f"router agreement: start {start:.2f}, trained {trained:.2f}, frozen {frozen:.2f}")
     assert trained > start + 0.2 and trained > 0.85, (start, trained)
     assert frozen == start and trained > frozen + 0.2, (frozen, trained)
+
+
+def test_table2_configs_are_the_papers_four_head_rows_and_efficiency_uses_them():
+    rates = {n: OmegaConf.load(CONF_DIR / "attention" / f"{n}.yaml").rates for n in ("adamra_t2a", "adamra_t2b")}
+    assert list(rates["adamra_t2a"]) == [1 / 2, 1 / 4, 1 / 8, 1 / 16]
+    assert list(rates["adamra_t2b"]) == [1 / 4, 1 / 8, 1 / 16, 1 / 32]
+    sweep = OmegaConf.load(CONF_DIR / "experiment" / "efficiency.yaml").hydra.sweeper.params.attention.split(",")
+    assert "adamra_t2a" in sweep and "adamra_t2b" in sweep and "adamra" not in sweep
