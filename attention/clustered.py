@@ -27,7 +27,8 @@ Choices the paper leaves open, written down:
   ties to the lowest cluster index.
 * K-means update: per-bit majority vote of the members (a tie gives bit -1). The r-th empty cluster
   restarts at the r-th real query farthest from its centroid (equal distances: lower position
-  first; unless that distance is 0), else keeps its centroid. ``L`` iterations of (assign, update), then a final assignment.
+  first; unless that distance is 0), else keeps its centroid. ``L`` iterations of (assign,
+  update), then a final assignment.
 * Initial centroids: the codes of C real queries evenly spaced in position order (deterministic, no
   randomness spent). When C >= the number of real queries every query seeds a centroid, so distinct
   queries get clusters of their own and the method reduces to exact softmax (the oracle test).
