@@ -9,7 +9,8 @@ The control strategy is pluggable (``control``):
 * ``mlp`` (ABC_MLP, eq. 12): ``alpha_i = exp(W_phi x_i)``, ``phi_i = alpha_i / sum_j alpha_j`` over
   the real tokens of the sequence (padded tokens get exactly zero). ``x`` is the block input.
 * ``random`` (ABC_RD, Table 1): ``phi_t = e_{i_t}``, ``i_t ~ unif{1..n}`` from the mixer's generator
-  (fresh every training step; fixed in eval).
+  (fresh per token every training step). Eval draws one slot per (head, position) from the eval
+  seed, shared by the rows, so a sequence's eval output does not depend on the rest of the batch.
 * ``linformer`` (section 3.1): ``phi_i = W^LF[:, i]``, a learned control vector per position up to
   ``max_len`` (a sequence of ``N`` tokens uses the first ``N`` columns).
 * ``segment`` (compressive, Table 1): ``phi_t = e_floor(n t / N)`` with ``N`` the sequence's real
@@ -112,8 +113,7 @@ class ABCAttention(Mixer):
                 raise ValueError(f"abc linformer control has {self.max_len} positions; got a sequence of {n}")
             return self.w_lf[:, :n].t()[None, None] * real
         if self.control == "random":
-            g = self.generator(x.device)
-            slot = torch.randint(0, self.memory_size, (b, self.n_heads, n), generator=g, device=x.device)
+            slot = self.random_slots(b, n, x.device)
         else:  # segment: e_floor(n t / N), t = rank among the real tokens, N = real length
             rank = mask.cumsum(1) - 1
             length = mask.sum(1, keepdim=True).clamp_min(1)
@@ -122,6 +122,15 @@ class ABCAttention(Mixer):
         if self.normalize:
             phi = phi / phi.sum(2, keepdim=True).clamp_min(1.0)
         return phi
+
+    def random_slots(self, b: int, n: int, device: torch.device) -> Tensor:
+        """ABC_RD's slot per token ``[B, H, N]``: fresh per token in training; in eval one draw per
+        (head, position) (the first ``N`` of ``max(N, max_len)``), the same for every row."""
+        g = self.generator(device)
+        if self.training:
+            return torch.randint(0, self.memory_size, (b, self.n_heads, n), generator=g, device=device)
+        table = torch.randint(0, self.memory_size, (self.n_heads, max(n, self.max_len)), generator=g, device=device)
+        return table[:, :n].expand(b, self.n_heads, n)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         phi = self.control_vectors(mask, x)

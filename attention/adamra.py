@@ -31,13 +31,16 @@ Choices the paper leaves open, written down:
 * **Router input.** ``F(Q) = Q W`` on the full (all subheads) query of the shell, ``W`` in
   ``R^{d x H}`` without bias, as eq. 6 writes it.
 * **Router gradient.** Argmax routing has no gradient, and the paper does not say how ``W``
-  learns. We use a straight-through scale: the routed head's output is multiplied by
-  ``P_{i,h*} / stopgrad(P_{i,h*})``, which is exactly 1 in the forward pass (outputs are eq. 7
-  unchanged, so the oracle tests hold exactly) while the backward pass gets the gradient of the
-  Switch/MoE gate ``P_{i,h*} * out_i`` (Shazeer et al. 2017, which the paper cites for its router):
-  ``dL/dW`` pushes up the probability of the chosen head when its output helps the loss and down
-  when it hurts. Scaling the forward output by ``P`` instead would shrink every output by up to
-  ``1/H`` and break the equivalence with eq. 7.
+  learns (it only cites Shazeer et al. 2017 for the router). We use a straight-through scale: the
+  routed head's output is multiplied by ``P_{i,h*} / stopgrad(P_{i,h*})``, which is exactly 1 in the
+  forward pass (outputs are eq. 7 unchanged, so the oracle tests hold exactly). The backward pass
+  gives the router ``(G_i . out_i) * grad log P_{i,h*}`` (``G_i`` the output gradient): the
+  Switch/MoE gate gradient of ``P_{i,h*} * out_i``, ``(G_i . out_i) * grad P_{i,h*}``, divided by
+  ``P_{i,h*}`` (a factor between 1 and ``H``, since the routed head has the largest probability).
+  ``dL/dW`` pushes up the probability of the chosen head when scaling its output up would lower the
+  loss and down when it would raise it. We keep this (code unchanged, text corrected): the paper
+  gives no formula to follow, and scaling the forward output by ``P`` as Switch does would shrink
+  every output by up to ``1/H`` and break the equivalence with eq. 7.
 * **Feature map** (Table 5): ``relu`` (default, the paper's), ``elu`` (``elu(x) + 1``) or
   ``softmax`` (exact softmax attention over the compressed keys, scaled by ``1/sqrt(d_k)``; this
   ablation is not linear-time). Kernel attention uses no ``1/sqrt(d)`` scale (it cancels for
@@ -45,7 +48,10 @@ Choices the paper leaves open, written down:
   ``j``) has a zero normaliser: it gets a zero output (the denominator is clamped at ``eps``)
   instead of NaN.
 * **Random router** (Table 5, "Rand"): ``router="random"`` draws each query's head uniformly from
-  the mixer's generator (fresh every training step, fixed in eval); no router parameters exist.
+  the mixer's generator; no router parameters exist. Training draws afresh per token every step.
+  Eval draws one head per *position* (one table of ``max(N, max_len)`` draws from the eval seed,
+  shared by the rows), so a sequence's eval output does not depend on what else is in the batch
+  or how far the batch is padded.
 
 Computation (every step exact: tests compare it with the plain formulas in float64):
 
@@ -185,6 +191,17 @@ class AdaMRAAttention(Mixer):
         else:
             self.register_parameter("head_weight", None)
 
+    def random_heads(self, mask: Tensor) -> Tensor:
+        """The random router's head per query ``[B, N]``: fresh per token in training; in eval one
+        draw per position (the first ``N`` of ``max(N, max_len)``), the same for every row, so a
+        sequence's eval output does not depend on the rest of the batch."""
+        g = self.generator(mask.device)
+        if self.training:
+            return torch.randint(0, self.n_routed, mask.shape, generator=g, device=mask.device)
+        b, n = mask.shape
+        table = torch.randint(0, self.n_routed, (max(n, self.max_len),), generator=g, device=mask.device)
+        return table[:n].expand(b, n)
+
     def _phi(self, t: Tensor) -> Tensor:
         return F.relu(t) if self.feature_map == "relu" else F.elu(t) + 1.0
 
@@ -197,8 +214,7 @@ class AdaMRAAttention(Mixer):
         per-head shapes are ragged)."""
         b, n = mask.shape
         if logits is None:
-            g = self.generator(mask.device)
-            choice, p_sel = torch.randint(0, self.n_routed, mask.shape, generator=g, device=mask.device), None
+            choice, p_sel = self.random_heads(mask), None
         else:  # heads on dim 0: the softmax and max over H run vectorised along the tokens
             p_sel, choice = torch.softmax(logits, dim=0).max(0)              # eq. 6
             choice = choice.view(b, n)

@@ -25,9 +25,10 @@ Choices the paper leaves open, written down:
 * Hamming distance: codes are +-1 vectors, so ``B - 2 * hamming = code . centroid``; the assignment
   is an argmax of one matmul (exact integers; in bfloat16 where that is fast, exact for B <= 256),
   ties to the lowest cluster index.
-* K-means update: per-bit majority vote of the members (a tie gives bit 0). The r-th empty cluster
-  restarts at the r-th real query farthest from its centroid (unless that distance is 0), else keeps
-  its centroid. ``L`` iterations of (assign, update), then a final assignment.
+* K-means update: per-bit majority vote of the members (a tie gives bit -1). The r-th empty cluster
+  restarts at the r-th real query farthest from its centroid (equal distances: lower position
+  first; unless that distance is 0), else keeps its centroid. ``L`` iterations of (assign,
+  update), then a final assignment.
 * Initial centroids: the codes of C real queries evenly spaced in position order (deterministic, no
   randomness spent). When C >= the number of real queries every query seeds a centroid, so distinct
   queries get clusters of their own and the method reduces to exact softmax (the oracle test).
@@ -103,7 +104,8 @@ def hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) -> 
         # The r-th empty cluster restarts at the r-th worst-represented real query (if it is not
         # already exactly represented): duplicate seeds do not waste clusters.
         distortion = (nb - best).masked_fill(padded, -1.0)
-        far_d, far = distortion.topk(min(c, n), dim=-1)                     # [B,H,C]
+        far_d, far = distortion.sort(dim=-1, descending=True, stable=True)  # ties: lowest position first
+        far_d, far = far_d[..., :min(c, n)], far[..., :min(c, n)]           # [B,H,C]
         empty = members[..., 0] == 0
         rank = (empty.cumsum(-1) - 1).clamp(min=0)
         reseed = empty & (far_d.gather(-1, rank) > 0)
@@ -193,8 +195,11 @@ class ClusteredAttention(Mixer):
         if self.clusters >= n:  # a centroid per query: the zero-distortion partition, no hashing needed
             labels = torch.arange(n, device=q.device).expand(b, h, n)
             return labels.masked_fill(~mask[:, None, :], n)
-        planes = torch.randn(h, d, self.bits, generator=self.generator(q.device), device=q.device)
-        return hamming_kmeans(hash_queries(q, planes), mask, self.clusters, self.iterations)
+        return hamming_kmeans(hash_queries(q, self.hash_planes(h, d, q.device)), mask, self.clusters, self.iterations)
+
+    def hash_planes(self, h: int, d: int, device: torch.device) -> Tensor:
+        """This call's SimHash directions ``[H, D, bits]`` (fresh in training, fixed in eval)."""
+        return torch.randn(h, d, self.bits, generator=self.generator(device), device=device)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         b, h, n, d = q.shape

@@ -30,7 +30,9 @@ Choices the paper leaves open, written down:
   k-means: nearest = largest cosine). The update uses the mean of the assigned vectors rather than
   the paper's sum (a sum scales with batch and length, making lambda meaningless), weights queries
   and keys by their counts, renormalises to the sphere, and leaves a cluster with no assigned vector
-  unchanged. No cross-process averaging (one process trains).
+  unchanged. Under data parallelism (``trainer=ddp``) the sums and counts are summed over the
+  processes (``torch.distributed.all_reduce``) before the mean, so every rank applies the same
+  update, the one a single process would make on the global batch.
 * Tokens taken by no cluster (top-w membership is not a partition) fall back to block-local
   attention in their window, with the same layer-normed q and k: never a zero row. Tokens taken by
   several clusters combine the per-cluster outputs weighted by each cluster's softmax mass,
@@ -46,6 +48,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import Tensor
 
@@ -160,6 +163,9 @@ class RoutingAttention(Mixer):
                 onehot = F.one_hot(s.argmax(dim=2), c).to(u.dtype) * real[..., None]   # [B,H,N,C]
                 sums += torch.einsum("bhnc,bhnd->hcd", onehot, u.detach())
                 counts += onehot.sum(dim=(0, 2))
+            if dist.is_available() and dist.is_initialized():  # every rank: the global batch's statistics
+                dist.all_reduce(sums)
+                dist.all_reduce(counts)
             mean = sums / counts.clamp(min=1.0)[..., None]
             mu = self.centroids
             moved = F.normalize(self.decay * mu + (1 - self.decay) * mean.to(mu.dtype), dim=-1)

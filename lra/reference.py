@@ -50,7 +50,9 @@ ADAMRA_TABLE2: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "Linear Trans.": ((22, 38, 69), (1113, 1353, 1741)),
     "Performer-32": ((30, 54, 100), (1171, 1439, 1917)),
     "Nyströmformer-32": ((76, 160, 233), (2627, 3381, 4685)),
-    "AdaMRA": ((33, 54, 98), (1239, 1581, 2201)),
+    # its two 4-head AdaMRA settings (conf/attention/adamra_t2a.yaml, adamra_t2b.yaml)
+    "AdaMRA-(1/2,1/4,1/8,1/16)": ((33, 54, 98), (1239, 1581, 2201)),
+    "AdaMRA-(1/4,1/8,1/16,1/32)": ((32, 53, 96), (1201, 1565, 2117)),
 }
 
 # model -> (examples/s, peak MB, LRA average, published SMAT)
@@ -69,6 +71,7 @@ VARIANT: dict[str, str] = {
     "Transformer": "softmax", "BigBird": "bigbird", "Reformer": "reformer", "Linformer": "linformer",
     "Linear Trans.": "linear", "Performer": "performer", "Performer-32": "performer_32",
     "Nyströmformer": "nystromformer", "Nyströmformer-32": "nystromformer", "AdaMRA": "adamra",
+    "AdaMRA-(1/2,1/4,1/8,1/16)": "adamra_t2a", "AdaMRA-(1/4,1/8,1/16,1/32)": "adamra_t2b",
     "Local Attention": "local",
 }
 
