@@ -73,7 +73,7 @@ class MemformerEncoder(nn.Module):
         run = self.step
         if self.mrbp and self.training and torch.is_grad_enabled():
             def run(*args: Tensor) -> tuple[Tensor, ...]:
-                return checkpoint(self.step, *args, use_reentrant=False)
+                return checkpoint(self.step, *args, use_reentrant=True)
         states = [self.initial_state(x.shape[0])]
         outs = []
         for xt, mt in zip(xs, ms):
