@@ -152,7 +152,8 @@ class UnifiedMemory(nn.Module):
 
 
 class MemformerAttention(Mixer):
-    """Segment-local self-attention; in ``per_layer`` mode also this layer's memory read and write."""
+    """Segment-local self-attention; in ``per_layer`` mode also this layer's memory read and write.
+    ``mrbp`` and the unified memory are read by :class:`models.memory_encoder.MemformerEncoder`."""
 
     segment_recurrent = True   # the network runs the segment loop (models.memory_encoder)
 
