@@ -209,7 +209,8 @@ class MemformerAttention(Mixer):
         if self.memory == "per_layer":
             if self.carry is not None:       # one segment, M^l_t given by the encoder
                 if ms.shape[1] != 1:
-                    raise ValueError(f"a driven memformer layer takes one segment (<= {self.segment_len} tokens), got {n}")
+                    raise ValueError(f"a memformer layer driven by the encoder takes one segment "
+                                     f"(<= {self.segment_len} tokens), got {n}")
                 out = out + self.read(qs, self.carry[:, None])
                 self.carry = self.writer(self.carry, k, v, mask)
             else:

@@ -104,7 +104,8 @@ def test_mrbp_gradients_equal_bptt_with_dropout(memory):
     grads = []
     for mrbp in (False, True):
         enc = make_encoder(memory, mrbp=mrbp, summary_first=True, dropout=0.2).train()
-        x = torch.randn(B, LEN + 1, D, dtype=torch.float64, generator=torch.Generator().manual_seed(4), requires_grad=True)
+        g = torch.Generator().manual_seed(4)
+        x = torch.randn(B, LEN + 1, D, dtype=torch.float64, generator=g, requires_grad=True)
         torch.manual_seed(9)
         enc(x, lengths_mask([LEN + 1, 9, 4], n=LEN + 1)).pow(2).sum().backward()
         grads.append([x.grad] + [p.grad for p in enc.parameters()])
