@@ -14,9 +14,10 @@ MRBP (``mrbp: true`` in training): each segment runs under non-reentrant checkpo
 memory state as its boundary, so the forward pass keeps only the segment inputs and the memories,
 and the backward pass replays one segment at a time, back-propagating its output gradient and
 ``dL/dS_{t+1}`` (Algorithm 1). The checkpointing is the reentrant kind: its forward pass runs
-without building a graph (the "no gradient" of Algorithm 1 line 4) and its backward accumulates into ``.grad``, so train with
-``loss.backward()`` (as Lightning does), not ``torch.autograd.grad``. On CPU a step costs about one
-extra forward pass (~1.5x BPTT); the kept state no longer grows with depth (see lra/mrbp_bench.py).
+without building a graph (the "no gradient" of Algorithm 1 line 4) and its backward accumulates
+into ``.grad``, so train with ``loss.backward()`` (as Lightning does), not ``torch.autograd.grad``.
+On CPU a step costs about one extra forward pass (~1.5x BPTT); the kept state no longer grows with
+depth (figures: ``python -m lra.mrbp_bench``).
 """
 from __future__ import annotations
 
