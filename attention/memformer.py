@@ -1,53 +1,72 @@
-"""Memformer (Wu et al.): segment recurrence through a fixed set of memory slots, section 2.2.3,
+"""Memformer (Wu et al.): segment recurrence through a fixed set of memory slots (section 2.2.3),
 trained optionally with Memory Replay Back-Propagation (section 2.4, Algorithm 1).
 
-The sequence is cut into ``T`` segments of ``segment_len`` tokens, processed in order. Each layer
-owns ``memory_slots`` slots ``M_t in R^{m x d}`` (``M_0`` learned). For segment ``t``:
+The sequence is cut into ``T`` segments ``s_t`` of ``segment_len`` tokens, processed in order
+through the *whole* encoder (the segment loop sits outside the layers, in
+:class:`models.memory_encoder.MemformerEncoder`; the network builds it when a mixer says
+``segment_recurrent``). The memory ``M_t in R^{m x d}`` (``M_0`` learned) carries the past.
 
-* **read** (memory cross attention, Fig. 2b): tokens attend within their segment (softmax
-  self-attention, padded keys masked) and, separately, to the memory projected into keys/values::
+``memory: unified`` (default, the paper's design: one memory for the model, Eq. 5
+``M_t = Encoder(s_t, M_{t-1})``):
 
-      out_t = softmax(Q_t K_t^T / sqrt(d_k)) V_t + softmax(Q_t (M_t W_K^r)^T / sqrt(d_k)) M_t W_V^r
+* every layer: segment-local self-attention (this mixer), then a **memory cross-attention**
+  sublayer (Fig. 2b; :class:`MemoryCrossAttention`, its own ``W_Q^c, W_K^c, W_V^c, W_O^c`` per
+  layer), then the FFN, each a pre-LN residual branch::
 
-* **write** (memory slot attention, Fig. 2c): slot ``j``'s query ``M_t,j W_Q^w`` attends over its
-  own key ``M_t,j W_K^w`` and the segment's real tokens' keys only -- never over other slots::
+      x <- x + W_O^c concat_h softmax((LN(x) W_Q^c)(M_t W_K^c)^T / sqrt(d_h)) (M_t W_V^c)
 
-      M_{t+1} = LayerNorm(M_t + W_O^w concat_heads(slot attention))
+* after the last layer, the **memory slot attention** (Fig. 2c; :class:`SlotWriter`) writes the
+  next memory from ``M_t`` and the encoder's final hidden states ``H_t`` (after the final
+  LayerNorm). Slot ``j`` attends over its own key and the segment's real tokens' keys, never over
+  another slot::
 
-So a token of segment ``t`` sees every earlier segment through ``M_t``; the classifier pools the
-outputs of all segments.
+      a_j = softmax([q_j . k_j, q_j . K_H^T] / sqrt(d_h)),  q_j, k_j, v_j = M_t,j W_Q^w, W_K^w, W_V^w
+      M_{t+1} = LayerNorm(M_t + W_O^w concat_h (a_j,0 v_j + a_j,1: V_H)),  K_H, V_H = H_t W_K^w, H_t W_V^w
 
-**Memory Replay Back-Propagation** (``mrbp: true``, training only): the forward pass runs
-without a graph, computes every segment's output (``REPLAY_CHUNK`` segments at a time, so its
-working set does not grow with ``T``) and keeps only the memories ``M_0 .. M_{T-1}`` (the replay
-buffer); the backward pass walks the segments from last to first, recomputes segment
-``t`` (read and write) from ``M_t`` with a graph, and back-propagates both the output gradient and
-the gradient arriving at ``M_{t+1}`` (Algorithm 1 lines 8-12). The gradients are those of full
-back-propagation through time; only one segment's activations are alive at a time.
+``memory: per_layer`` (the paper's Fig. 1b "each layer has its own individual memory", kept as an
+option): layer ``l`` owns ``M^l_t``, read with the self-attention queries in the same mixer
+(outputs summed, one ``W^O``) and written by the slot attention above from the layer's own
+keys/values ``k_t, v_t`` (no extra projections)::
+
+      out_t = softmax(Q_t K_t^T / sqrt(d_h)) V_t + softmax(Q_t (M^l_t W_K^r)^T / sqrt(d_h)) M^l_t W_V^r
+      M^l_{t+1} = LayerNorm(M^l_t + W_O^w concat_h slot_attention(M^l_t; k_t, v_t))
+
+  Standalone (e.g. the attention contract tests) this mixer runs that recurrence over the whole
+  sequence itself; inside the network the encoder drives it one segment at a time through
+  :attr:`MemformerAttention.carry`. Both give the same outputs (a test checks it).
+
+**Classification** (the paper is a language model; open choice): mean pooling averages the
+outputs of every segment. CLS pooling processes the summary token *last*, as a segment of its
+own after the final segment: it attends to itself and reads the final memory ``M_T`` in every
+layer, so the logits depend on every real token (with a prepended CLS in segment 0 and memory
+flowing forward only, tokens after the first segment would not reach them).
+
+**MRBP** (``mrbp: true``, training only): the forward pass keeps only the memories between
+segments; the backward pass recomputes one segment at a time (all layers, read and write) from
+``M_t`` and back-propagates the output gradient together with ``dL/dM_{t+1}`` (Algorithm 1 lines
+8-12). Here the memory's critical path ``M_t -> M_{t+1}`` runs through every layer of the
+segment (the write reads the final hidden states), so MRBP coincides with checkpointing each
+segment at the memory boundary; gradients equal full BPTT.
 
 Choices the paper leaves open, written down:
 
-* **One mixer, one branch.** The paper's encoder layer has separate self-attention and memory
-  cross-attention sublayers; inside the shell's single attention sublayer the two run in
-  parallel and their outputs are summed (one residual branch, one ``W^O``). Hence with one
-  segment the layer is *exactly* softmax attention over the whole sequence plus a read of ``M_0``
-  (a plain softmax layer when that read is zero, e.g. ``M_0 = 0`` with zero read biases), the
-  oracle the tests check.
-* **What the write sees.** The paper writes from "the encoder's final hidden states"; inside one
-  mixer the segment's tokens enter the slot attention through the shell's keys/values of the
-  block input (no extra projections), so the memory recurrence depends on memories and keys/values
-  only and every segment's read can be batched once the memories are known.
-* **Write residual + LayerNorm** keep the memory's scale fixed over many segments (4K tokens is
-  128 recurrent steps at the default); the paper gives no normalisation. ``M_0 ~ N(0, 1)``, the
-  scale of the normalised memories that follow it.
-* **Padding.** Sequences are padded inside to a multiple of ``segment_len`` and cut back. A
-  segment with no real token leaves the memory unchanged, so outputs never depend on how much
-  padding a batch has, nor on what it holds.
-* **Defaults**: 32 slots (the paper's memory size) and 32-token segments (the paper uses 64;
-  32 makes every sequence longer than 32 tokens exercise the write; a single-segment input never
-  writes, so the write parameters get no gradient from it). No attention dropout, so the replayed
-  segments are exactly the ones of the forward pass; the replay runs under the forward's autocast
-  state.
+* **Positions.** The paper's simplified relative position encoding (section 2.1, Eqs. 2-4) is not
+  implemented: all variants share the backbone's learned absolute positions, so each token keeps
+  its global position across segments. The bias terms ``b_q, b_k`` of Eq. 2 are the shell's
+  projection biases.
+* **Horizon.** The paper truncates BPTT (horizon 4 in Table 3, 1-32 in Fig. 3b) because its LM
+  loss sits in every segment. A classifier's loss sits after the last segment, so truncation would
+  cut the loss off the early segments' memory path: gradients flow through all ``T`` segments
+  (no detaching schedule).
+* **Slot-attention projections.** Memory and token keys/values share ``W_K^w, W_V^w`` (one sparse
+  attention over ``[M_t; H_t]``, Fig. 2c); residual + LayerNorm keep the memory's scale fixed over
+  many segments (4K tokens is 128 steps); ``M_0 ~ N(0, 1)``, the scale of the normalised memories.
+* **Padding.** Sequences are padded to a multiple of ``segment_len`` and cut back. Padded tokens
+  are never attended to nor written; a segment with no real token leaves the memory unchanged, so
+  outputs never depend on how much padding a batch has.
+* **Defaults**: 32 slots (the paper's memory size) and 32-token segments (the paper uses 64; 32
+  makes every sequence longer than 32 tokens exercise the write). No attention dropout, so the
+  replayed segments equal the forward's; MRBP replays under the forward's RNG and autocast state.
 """
 from __future__ import annotations
 
@@ -60,8 +79,84 @@ from torch import Tensor, nn
 from attention.base import Mixer, require_positive
 from attention.masking import key_bias, pad_to_multiple, zero_padded
 
+MEMORY_MODES = ("unified", "per_layer")
+
+
+def split_heads(t: Tensor, n_heads: int) -> Tensor:
+    """``[..., m, d] -> [..., H, m, d/H]``."""
+    return t.unflatten(-1, (n_heads, -1)).transpose(-2, -3)
+
+
+def merge_heads(t: Tensor) -> Tensor:
+    """``[..., H, m, Dh] -> [..., m, H*Dh]``."""
+    return t.transpose(-2, -3).flatten(-2)
+
+
+class SlotWriter(nn.Module):
+    """Memory slot attention (Fig. 2c): ``M_{t+1}`` from ``M_t`` and one segment's token keys/values."""
+
+    def __init__(self, d: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.scale = 1.0 / math.sqrt(d // n_heads)
+        self.qkv = nn.Linear(d, 3 * d)     # W_Q^w, W_K^w, W_V^w
+        self.out = nn.Linear(d, d)         # W_O^w
+        self.norm = nn.LayerNorm(d)
+
+    def token_keys_values(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """``H_t [B, L, d]`` -> keys, values ``[B, H, L, Dh]`` through ``W_K^w, W_V^w`` (unified memory)."""
+        d = h.shape[-1]
+        k, v = F.linear(h, self.qkv.weight[d:], self.qkv.bias[d:]).chunk(2, dim=-1)
+        return split_heads(k, self.n_heads), split_heads(v, self.n_heads)
+
+    def forward(self, mem: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """``M_t [B, m, d]``, token keys/values ``[B, H, L, Dh]``, mask ``[B, L]`` -> ``M_{t+1}``."""
+        qs, ks, vs = (split_heads(t, self.n_heads) for t in self.qkv(mem).chunk(3, dim=-1))  # [B, H, m, Dh]
+        tok = qs @ k.transpose(-1, -2) * self.scale + key_bias(mask, qs.dtype)             # [B, H, m, L]
+        own = (qs * ks).sum(-1, keepdim=True) * self.scale                                 # [B, H, m, 1]
+        w = torch.softmax(torch.cat([own, tok], dim=-1), dim=-1)
+        slots = w[..., :1] * vs + w[..., 1:] @ v
+        new = self.norm(mem + self.out(merge_heads(slots)))
+        return torch.where(mask.any(1)[:, None, None], new, mem)
+
+
+class MemoryCrossAttention(nn.Module):
+    """Memory cross-attention sublayer of one layer (Fig. 2b), pre-LN residual: ``x + Read(LN(x), M_t)``."""
+
+    def __init__(self, d: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads = n_heads
+        self.norm = nn.LayerNorm(d)
+        self.q = nn.Linear(d, d)           # W_Q^c
+        self.kv = nn.Linear(d, 2 * d)      # W_K^c, W_V^c
+        self.out = nn.Linear(d, d)         # W_O^c
+
+    def forward(self, x: Tensor, mem: Tensor) -> Tensor:
+        q = split_heads(self.q(self.norm(x)), self.n_heads)
+        k, v = (split_heads(t, self.n_heads) for t in self.kv(mem).chunk(2, dim=-1))
+        return x + self.out(merge_heads(F.scaled_dot_product_attention(q, k, v)))
+
+
+class UnifiedMemory(nn.Module):
+    """The model's one memory: ``M_0``, every layer's reader and the writer."""
+
+    def __init__(self, d: int, n_heads: int, n_layers: int, slots: int) -> None:
+        super().__init__()
+        self.initial = nn.Parameter(torch.randn(slots, d))   # M_0
+        self.readers = nn.ModuleList(MemoryCrossAttention(d, n_heads) for _ in range(n_layers))
+        self.writer = SlotWriter(d, n_heads)
+
+    def write(self, mem: Tensor, h: Tensor, mask: Tensor) -> Tensor:
+        """``M_{t+1}`` from ``M_t`` and the encoder's final hidden states ``H_t [B, L, d]``."""
+        return self.writer(mem, *self.writer.token_keys_values(h), mask)
+
 
 class MemformerAttention(Mixer):
+    """Segment-local self-attention; in ``per_layer`` mode also this layer's memory read and write.
+    ``mrbp`` and the unified memory are read by :class:`models.memory_encoder.MemformerEncoder`."""
+
+    segment_recurrent = True   # the network runs the segment loop (models.memory_encoder)
+
     def __init__(
         self,
         n_heads: int,
@@ -70,119 +165,55 @@ class MemformerAttention(Mixer):
         layer_idx: int = 0,
         memory_slots: int = 32,
         segment_len: int = 32,
+        memory: str = "unified",
         mrbp: bool = False,
     ) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
         require_positive(memory_slots=memory_slots, segment_len=segment_len)
+        if memory not in MEMORY_MODES:
+            raise ValueError(f"attention.memory={memory!r} is not valid; use one of {', '.join(MEMORY_MODES)} "
+                             "in conf/attention/memformer.yaml or on the command line")
         d = n_heads * head_dim
         self.memory_slots = memory_slots
         self.segment_len = segment_len
+        self.memory = memory
         self.mrbp = mrbp
-        self.scale = 1.0 / math.sqrt(head_dim)
-        self.memory_init = nn.Parameter(torch.randn(memory_slots, d))   # M_0
-        self.read_kv = nn.Linear(d, 2 * d)                               # W_K^r, W_V^r
-        self.write_qkv = nn.Linear(d, 3 * d)                             # W_Q^w, W_K^w, W_V^w
-        self.write_out = nn.Linear(d, d)                                 # W_O^w
-        self.write_norm = nn.LayerNorm(d)
+        # M^l_t while the encoder drives this layer one segment at a time (per_layer mode); the
+        # layer replaces it with M^l_{t+1}. None: standalone, the mixer runs the recurrence itself.
+        self.carry: Tensor | None = None
+        if memory == "per_layer":
+            self.memory_init = nn.Parameter(torch.randn(memory_slots, d))   # M^l_0
+            self.read_kv = nn.Linear(d, 2 * d)                               # W_K^r, W_V^r
+            self.writer = SlotWriter(d, n_heads)
 
-    def replay_parameters(self) -> tuple[Tensor, ...]:
-        """Trainable parameters MRBP differentiates explicitly (``M_0`` arrives as an input)."""
-        return tuple(p for p in self.parameters() if p.requires_grad and p is not self.memory_init)
-
-    # -- heads: [..., m, d] <-> [..., H, m, Dh] ------------------------------------------------
-    def _split(self, t: Tensor) -> Tensor:
-        return t.unflatten(-1, (self.n_heads, self.head_dim)).transpose(-2, -3)
-
-    def _merge(self, t: Tensor) -> Tensor:
-        return t.transpose(-2, -3).flatten(-2)
-
-    def write(self, mem: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        """Slot attention: ``M_t [B, m, d]``, segment keys/values ``[B, H, L, Dh]``, mask ``[B, L]``
-        -> ``M_{t+1}``. Each slot sees itself and the segment's real tokens, no other slot."""
-        qs, ks, vs = (self._split(t) for t in self.write_qkv(mem).chunk(3, dim=-1))   # [B, H, m, Dh]
-        tok = qs @ k.transpose(-1, -2) * self.scale + key_bias(mask, qs.dtype)         # [B, H, m, L]
-        own = (qs * ks).sum(-1, keepdim=True) * self.scale                             # [B, H, m, 1]
-        w = torch.softmax(torch.cat([own, tok], dim=-1), dim=-1)
-        slots = w[..., :1] * vs + w[..., 1:] @ v
-        new = self.write_norm(mem + self.write_out(self._merge(slots)))
-        return torch.where(mask.any(1)[:, None, None], new, mem)
-
-    def read(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, mems: Tensor) -> Tensor:
-        """Outputs of segments batched: ``q, k, v [B, H, T, L, Dh]``, ``mask [B, T, L]``, memories
-        ``[B, T, m, d]`` (``M_t`` for segment ``t``). Self-attention in the segment + memory read."""
-        b, _, t, length, _ = q.shape
-        bias = key_bias(mask.flatten(0, 1), q.dtype).view(b, 1, t, 1, length)
-        local = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        km, vm = (self._split(x).transpose(1, 2) for x in self.read_kv(mems).chunk(2, dim=-1))  # [B, H, T, m, Dh]
-        return local + F.scaled_dot_product_attention(q, km, vm)
+    def read(self, q: Tensor, mems: Tensor) -> Tensor:
+        """Per-layer read, segments batched: ``q [B, H, T, L, Dh]``, memories ``[B, T, m, d]``."""
+        km, vm = (split_heads(x, self.n_heads).transpose(1, 2) for x in self.read_kv(mems).chunk(2, dim=-1))
+        return F.scaled_dot_product_attention(q, km, vm)
 
     def memories(self, m0: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
-        """``M_0 .. M_{T-1}`` stacked ``[B, T, m, d]``: the sequential part (one step per segment)."""
+        """``M_0 .. M_{T-1}`` stacked ``[B, T, m, d]`` from segment keys/values ``[B, H, T, L, Dh]``."""
         mems = [m0]
         # unbind once: indexing k[:, :, t] in the loop would cost O(T^2) in the backward pass
         for kt, vt, mt in list(zip(k.unbind(2), v.unbind(2), mask.unbind(1)))[:-1]:
-            mems.append(self.write(mems[-1], kt, vt, mt))
+            mems.append(self.writer(mems[-1], kt, vt, mt))
         return torch.stack(mems, 1)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        b, h, n, dh = q.shape
+        b, _, n, _ = q.shape
         seg = lambda t: pad_to_multiple(t, self.segment_len, dim=2).unflatten(2, (-1, self.segment_len))  # noqa: E731
         qs, ks, vs = seg(q), seg(k), seg(v)                                               # [B, H, T, L, Dh]
         ms = pad_to_multiple(mask, self.segment_len, dim=1, value=False).unflatten(1, (-1, self.segment_len))
-        m0 = self.memory_init.expand(b, -1, -1)
-        if self.mrbp and self.training and torch.is_grad_enabled():
-            out = MemoryReplay.apply(self, qs, ks, vs, ms, m0, *self.replay_parameters())
-        else:
-            out = self.read(qs, ks, vs, ms, self.memories(m0, ks, vs, ms))
+        bias = key_bias(ms.flatten(0, 1), q.dtype).view(b, 1, ms.shape[1], 1, self.segment_len)
+        out = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=bias)                 # within each segment
+        if self.memory == "per_layer":
+            if self.carry is not None:       # one segment, M^l_t given by the encoder
+                if ms.shape[1] != 1:
+                    raise ValueError(f"a memformer layer driven by the encoder takes one segment "
+                                     f"(<= {self.segment_len} tokens), got {n}")
+                out = out + self.read(qs, self.carry[:, None])
+                self.carry = self.writer(self.carry, k, v, mask)
+            else:
+                m0 = self.memory_init.expand(b, -1, -1)
+                out = out + self.read(qs, self.memories(m0, ks, vs, ms))
         return zero_padded(out.flatten(2, 3)[:, :, :n], mask)
-
-
-REPLAY_CHUNK = 8  # segments whose outputs the MRBP forward pass computes together
-
-
-class MemoryReplay(torch.autograd.Function):
-    """Algorithm 1: forward keeps only the memories; backward replays one segment at a time."""
-
-    @staticmethod
-    def forward(ctx, layer: MemformerAttention, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, m0: Tensor,
-                *params: Tensor) -> Tensor:
-        mems = layer.memories(m0, k, v, mask)   # grad mode is off inside Function.forward
-        out = None
-        for i in range(0, q.shape[2], REPLAY_CHUNK):  # bounded working set: a few segments at a time
-            c = slice(i, i + REPLAY_CHUNK)
-            part = layer.read(q[:, :, c], k[:, :, c], v[:, :, c], mask[:, c], mems[:, c])
-            out = q.new_empty(q.shape, dtype=part.dtype) if out is None else out
-            out[:, :, c] = part
-        ctx.layer = layer
-        dev = q.device.type  # the replay recomputes under the forward's autocast state
-        ctx.autocast = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
-        ctx.save_for_backward(q, k, v, mask, mems)
-        return out
-
-    @staticmethod
-    def backward(ctx, g_out: Tensor):
-        q, k, v, mask, mems = ctx.saved_tensors
-        layer: MemformerAttention = ctx.layer
-        params = layer.replay_parameters()
-        dev, amp, amp_dtype = ctx.autocast
-        gq, gk, gv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-        gparams = [torch.zeros_like(p) for p in params]
-        g_mem = None                                      # dL/dM_{t+1}; none past the last segment
-        for t in reversed(range(q.shape[2])):
-            with torch.enable_grad(), torch.autocast(dev, dtype=amp_dtype, enabled=amp):
-                m_t = mems[:, t].detach().requires_grad_(True)
-                qt, kt, vt = (z[:, :, t:t + 1].detach().requires_grad_(True) for z in (q, k, v))
-                outs = [layer.read(qt, kt, vt, mask[:, t:t + 1], m_t[:, None])]
-                grads_out = [g_out[:, :, t:t + 1]]
-                if g_mem is not None:
-                    outs.append(layer.write(m_t, kt[:, :, 0], vt[:, :, 0], mask[:, t]))
-                    grads_out.append(g_mem)
-                grads = torch.autograd.grad(outs, (m_t, qt, kt, vt, *params), grads_out, allow_unused=True)
-            g_mem = grads[0]
-            for full, part in zip((gq, gk, gv), grads[1:4]):
-                if part is not None:
-                    full[:, :, t:t + 1] = part
-            for acc, part in zip(gparams, grads[4:]):
-                if part is not None:
-                    acc += part
-        return (None, gq, gk, gv, None, g_mem, *gparams)

@@ -23,9 +23,14 @@ class EncoderBlock(nn.Module):
         )
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        x = x + self.dropout(self.attn(self.norm1(x), mask))
+    def attend(self, x: Tensor, mask: Tensor) -> Tensor:
+        return x + self.dropout(self.attn(self.norm1(x), mask))
+
+    def feed_forward(self, x: Tensor) -> Tensor:
         return x + self.dropout(self.ffn(self.norm2(x)))
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        return self.feed_forward(self.attend(x, mask))
 
 
 class Encoder(nn.Module):

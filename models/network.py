@@ -10,6 +10,7 @@ from attention.base import Mixer
 from models.embedding import Embedding
 from models.encoder import Encoder
 from models.heads import ClassifierHead, DualHead
+from models.memory_encoder import MemformerEncoder
 from models.pooling import pooler, prepend_cls
 
 
@@ -42,7 +43,10 @@ class LRAClassifier(nn.Module):
         seq_len = max_len + (pool == "cls")
         self.embed = Embedding(vocab_size, d_model, max_len, dropout)
         self.cls = nn.Parameter(torch.randn(d_model) * 0.02) if pool == "cls" else None
-        self.encoder = Encoder(d_model, n_layers, n_heads, d_ffn, dropout, mixer, seq_len)
+        encoder = Encoder(d_model, n_layers, n_heads, d_ffn, dropout, mixer, seq_len)
+        # a segment-recurrent mixer (Memformer) needs the segment loop outside the layers
+        segment_recurrent = getattr(encoder.blocks[0].attn.mixer, "segment_recurrent", False)
+        self.encoder = MemformerEncoder(encoder, summary_first=pool == "cls") if segment_recurrent else encoder
         self.dual = dual
         self.head = DualHead(d_model, d_head, num_classes) if dual else ClassifierHead(d_model, d_head, num_classes)
 

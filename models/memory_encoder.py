@@ -1,0 +1,93 @@
+"""The segment-recurrent encoder of Memformer: the segment loop sits outside the layers.
+
+Segment ``t`` runs through every block with the memory state ``S_t`` and yields its outputs and
+``S_{t+1}`` (Eq. 5): ``S = (M_t,)`` for the unified memory (read by each layer's memory
+cross-attention between self-attention and FFN, written from the final hidden states), or
+``S = (M^1_t, .., M^L_t)`` for per-layer memories (each layer's mixer reads and writes its own).
+See :mod:`attention.memformer` for the equations and the choices.
+
+With a summary (CLS) token at index 0 of the input, the token is processed last, as a segment of
+its own that reads the final memory, and its output is returned at index 0 (the CLS pooler's
+place): the logits then depend on every segment.
+
+MRBP (``mrbp: true`` in training): each segment runs under non-reentrant checkpointing with the
+memory state as its boundary, so the forward pass keeps only the segment inputs and the memories,
+and the backward pass replays one segment at a time, back-propagating its output gradient and
+``dL/dS_{t+1}`` (Algorithm 1). The checkpointing is the reentrant kind: its forward pass runs
+without building a graph (the "no gradient" of Algorithm 1 line 4) and its backward accumulates
+into ``.grad``, so train with ``loss.backward()`` (as Lightning does), not ``torch.autograd.grad``.
+On CPU a step costs about one extra forward pass (~1.5x BPTT); the kept state no longer grows with
+depth (figures: ``python -m lra.mrbp_bench``).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from attention.masking import pad_to_multiple
+from attention.memformer import MemformerAttention, UnifiedMemory
+from models.encoder import Encoder
+
+
+class MemformerEncoder(nn.Module):
+    def __init__(self, encoder: Encoder, summary_first: bool = False) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.mixers: list[MemformerAttention] = [b.attn.mixer for b in encoder.blocks]
+        first = self.mixers[0]
+        self.segment_len, self.unified, self.mrbp = first.segment_len, first.memory == "unified", first.mrbp
+        self.summary_first = summary_first
+        if self.unified:
+            d = encoder.norm.normalized_shape[0]
+            self.memory = UnifiedMemory(d, first.n_heads, len(encoder.blocks), first.memory_slots)
+
+    def initial_state(self, batch: int) -> tuple[Tensor, ...]:
+        if self.unified:
+            return (self.memory.initial.expand(batch, -1, -1),)
+        return tuple(m.memory_init.expand(batch, -1, -1) for m in self.mixers)
+
+    def step(self, x: Tensor, mask: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
+        """One segment ``x [B, L, d]`` through every layer: ``(H_t, *S_{t+1})``."""
+        if self.unified:
+            (mem,) = state
+            for block, reader in zip(self.encoder.blocks, self.memory.readers):
+                x = block.feed_forward(reader(block.attend(x, mask), mem))
+            h = self.encoder.norm(x)
+            return (h, self.memory.write(mem, h, mask))
+        try:
+            nxt = []
+            for block, mixer, mem in zip(self.encoder.blocks, self.mixers, state):
+                mixer.carry = mem
+                x = block(x, mask)
+                nxt.append(mixer.carry)
+        finally:
+            for mixer in self.mixers:
+                mixer.carry = None
+        return (self.encoder.norm(x), *nxt)
+
+    def unroll(self, x: Tensor, mask: Tensor) -> tuple[Tensor, list[tuple[Tensor, ...]]]:
+        """Outputs ``[B, N, d]`` and the states ``S_0 .. S_T`` (after each token segment)."""
+        summary = None
+        if self.summary_first:
+            summary, x, mask = x[:, :1], x[:, 1:], mask[:, 1:]
+        n = x.shape[1]
+        xs = pad_to_multiple(x, self.segment_len, dim=1).split(self.segment_len, dim=1)
+        ms = pad_to_multiple(mask, self.segment_len, dim=1, value=False).split(self.segment_len, dim=1)
+        run = self.step
+        if self.mrbp and self.training and torch.is_grad_enabled():
+            def run(*args: Tensor) -> tuple[Tensor, ...]:
+                return checkpoint(self.step, *args, use_reentrant=True)
+        states = [self.initial_state(x.shape[0])]
+        outs = []
+        for xt, mt in zip(xs, ms):
+            h, *nxt = run(xt, mt, *states[-1])
+            outs.append(h)
+            states.append(tuple(nxt))
+        h = torch.cat(outs, dim=1)[:, :n]
+        if summary is not None:
+            h = torch.cat([run(summary, mask.new_ones(mask.shape[0], 1), *states[-1])[0], h], dim=1)
+        return h, states
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        return self.unroll(x, mask)[0]
