@@ -36,4 +36,9 @@ MUTANTS = [
            "n_real = torch.full_like(mask.long()[:, :1], mask.shape[-1])",
            "landmark segments cut by the padded length, so the output follows how far a batch is padded",
            (f"{CONTRACT}::test_padded_length_invariance_eval",)),
+    Mutant("contract-nystrom-segments-by-batch-longest", "attention/nystromformer.py",
+           "n_real = mask.long().sum(dim=-1, keepdim=True).clamp_min(1)",
+           "n_real = mask.long().sum(dim=-1, keepdim=True).amax().clamp_min(1)",
+           "landmark segments cut by the longest row of the batch, so a row's output depends on its batch mates",
+           (f"{CONTRACT}::test_batch_independence",)),
 ]
