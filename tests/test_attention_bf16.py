@@ -33,7 +33,6 @@ import pytest
 import torch
 from torch import Tensor
 
-from attention.registry import variant_names
 from tests.attention_harness import DEVICE, N, lengths_mask, make_mixer, qkvx
 from tests.conftest import TINY_LISTOPS
 from tests.known_failures import variant_cases

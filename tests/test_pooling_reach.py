@@ -25,7 +25,7 @@ LENGTHS = [SEQ, 29, 35]     # one full row; the others end inside the 2nd segmen
 
 def tiny_model_settings() -> dict:
     """Sizes of conf/model/tiny.yaml (over its xiong defaults), two layers (see the module docstring)."""
-    cfg = OmegaConf.merge(OmegaConf.load(CONF_DIR / "model" / "xiong.yaml"), OmegaConf.load(CONF_DIR / "model" / "tiny.yaml"))
+    cfg = OmegaConf.merge(*(OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml") for name in ("xiong", "tiny")))
     keys = ("d_model", "n_heads", "d_ffn", "d_head", "dropout")
     return {**{k: cfg[k] for k in keys}, "n_layers": 2}
 
@@ -61,4 +61,5 @@ def test_every_real_token_reaches_the_logits(name, pool, mode):
     unreached = (mask & (grad == 0)).nonzero().tolist()
     assert not unreached, f"{name} ({pool}, {mode}): real tokens [row, pos] never reach the logits: {unreached}"
     leaked = grad[~mask]
-    assert (leaked == 0).all(), f"{name} ({pool}, {mode}): padded tokens reach the logits (max gradient {leaked.max():.3g})"
+    assert (leaked == 0).all(), \
+        f"{name} ({pool}, {mode}): padded tokens reach the logits (max gradient {leaked.max():.3g})"
