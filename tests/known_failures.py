@@ -19,6 +19,12 @@ _ROUTING_CLUSTER_SIZE = ("routing.py _route: w = min(n, ceil(n / n_clusters)) ta
                          "from the PADDED length n, so top-w membership follows the padding "
                          "(proposed fix: w = min(n, ceil(max_len / n_clusters)))")
 
+_BIGBIRD_GLOBAL_LAST = ("bigbird.py _table/random_blocks: the last global block (nb - 1) and the random-block "
+                        "candidates come from the PADDED block count nb, so at a longer padding the second "
+                        "global block is padding, the real last block loses its global role and the random "
+                        "plan changes (proposed fix: per sample, nb_real = ceil(length / block_size) for the "
+                        "global block and the random candidates)")
+
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
     # same sequence padded to N and to 2N (test_attention_contract.test_padded_length_invariance)
     ("padded_length_eval", "reformer"): _REFORMER_BUCKETS,
@@ -29,6 +35,8 @@ KNOWN_FAILURES: dict[tuple[str, str], str] = {
     ("padded_length_train", "adamra_random_router"): _DRAWS_BY_SHAPE,
     ("padded_length_eval", "routing"): _ROUTING_CLUSTER_SIZE,
     ("padded_length_train", "routing"): _ROUTING_CLUSTER_SIZE,
+    ("padded_length_eval", "bigbird"): _BIGBIRD_GLOBAL_LAST,
+    ("padded_length_train", "bigbird"): _BIGBIRD_GLOBAL_LAST,
     # a row alone vs inside a batch (test_attention_contract.test_batch_independence)
     ("batch_independence", "abc_rd"): _DRAWS_BY_SHAPE,
     ("batch_independence", "adamra_random_router"): _DRAWS_BY_SHAPE,

@@ -22,8 +22,9 @@ normalisation cancels, is not judged relative to its own rounding noise):
   one token's gradient) may exceed the tolerance, every other row must meet it, and parameter
   gradients (sums over every row) are only required to be finite.
 
-Block-structured variants run with small blocks (``SMALL_BLOCKS``) so that 37 tokens span several
-blocks and the block plans (random blocks, sorting, windows, segments) are exercised in bfloat16.
+Variants run at small structure sizes (``SMALL_BLOCKS``: tests/contract_sizes.py) so that 37 tokens
+span several blocks, clusters and segments, and the plans (random blocks, sorting, windows, segments,
+k-means) are exercised in bfloat16.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from torch import Tensor
 
 from tests.attention_harness import DEVICE, N, lengths_mask, make_mixer, qkvx
 from tests.conftest import TINY_LISTOPS
+from tests.contract_sizes import SMALL_STRUCTURE
 from tests.known_failures import variant_cases
 
 TOL_OUT, TOL_GRAD = 3e-2, 6e-2
@@ -49,23 +51,16 @@ FLIPS: dict[str, float] = {    # measured fraction of flipped rows in brackets
     "adamra_softmax": 0.03,        # (0.5%)
     "routing": 0.06,               # top-w cluster membership (0.9% of outputs; 3.2% of key gradients:
                                    # a flipped membership moves a whole cluster's keys)
+    "clustered": 0.3,              # sign-of-projection hashes + Hamming k-means with 6 clusters: a query
+    "i_clustered": 0.3,            # near a hyperplane changes bits, then its cluster (10-21%)
     "reformer": 0.15,              # angular LSH argmax over 6 buckets of 8 tokens (9% when cast)
 }
 # Gradients that vanish in exact arithmetic, so only their rounding noise is left: checked finite only.
 # Sinkhorn's column normalisation removes a per-column shift of the sorting logits, i.e. the bias of
 # the sorting network's last layer (~0 up to the 7 iterations' residual).
 CANCELLED: dict[str, set[str]] = {"sinkhorn": {"sort_net.2.bias"}}
-SMALL_BLOCKS: dict[str, dict] = {
-    "bigbird": {"block_size": 1},   # 37 blocks: enough random-plan rows to show a changed plan,
-    "local": {"block_size": 8},
-    "longformer": {"window": 8},
-    "sparse": {"stride": 8, "summary": 2},
-    "sparse_strided": {"stride": 8},
-    "sinkhorn": {"block_size": 8},
-    "reformer": {"bucket_size": 8, "chunk_size": 16},
-    "routing": {"window": 8},
-    "memformer": {"segment_len": 8, "memory_slots": 8},
-}
+# 37 blocks of one token: enough random-plan rows for a changed BigBird plan to show.
+SMALL_BLOCKS: dict[str, dict] = {**SMALL_STRUCTURE, "bigbird": {"block_size": 1}}
 LENGTHS = [N, 23, 9]
 
 

@@ -3,6 +3,8 @@ are covered automatically): shapes, padding invariance (eval and train), invaria
 sequence is padded, independence from the rest of the batch, fully padded rows, gradients,
 determinism. Known failures are listed once, in tests/known_failures.py.
 
+The padding, padded-length and batch checks run at SMALL_STRUCTURE (tests/contract_sizes.py), so
+that 37 tokens span several blocks, clusters and segments; the fuzz test covers the defaults.
 Stochastic variants draw in training; a train-mode comparison gives both calls the same draws by
 building each mixer from the same seed (fresh generator streams, fresh buffers) under the same
 ambient RNG state."""
@@ -14,6 +16,7 @@ from torch import Tensor
 
 from attention.registry import variant_names
 from tests.attention_harness import B, DEVICE, DH, H, N, lengths_mask, make_mixer, qkvx
+from tests.contract_sizes import SMALL_STRUCTURE
 from tests.known_failures import variant_cases
 
 VARIANTS = variant_names()
@@ -29,7 +32,7 @@ def on_device(*tensors: Tensor) -> list[Tensor]:
 def fresh_call(name: str, mode: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor, **build):
     """One forward of a mixer built from ``SEED`` (so every call draws the same) in ``mode``;
     returns the output, the mixer's aux loss and its buffers after the call (state updates)."""
-    mixer = make_mixer(name, seed=SEED, **build).to(DEVICE).train(mode == "train")
+    mixer = make_mixer(name, seed=SEED, **{**SMALL_STRUCTURE.get(name, {}), **build}).to(DEVICE).train(mode == "train")
     torch.manual_seed(7)  # the same ambient state, as under seed_everything
     with torch.no_grad():
         out = mixer(*on_device(q, k, v), mask.to(DEVICE), x.to(DEVICE))
