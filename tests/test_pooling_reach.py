@@ -1,6 +1,7 @@
 """Every real token reaches the logits, for every variant and every pooling, through the real network
 (models/): the gradient of the logits w.r.t. each real token's embedding is non-zero and exactly zero
-for every padded token.
+for every padded token. And a sequence's eval logits do not depend on the rest of its batch (what the
+mixer-level batch test cannot see: pooling and heads).
 
 The model is conf/model/tiny.yaml with its layer count raised to the backbone's 2 (conf/model/xiong.yaml):
 with ONE layer, a sparse method legitimately leaves some tokens out of the CLS token's receptive field
@@ -30,14 +31,22 @@ def tiny_model_settings() -> dict:
     return {**{k: cfg[k] for k in keys}, "n_layers": 2}
 
 
+def tiny_network(name: str, pool: str) -> LRAClassifier:
+    torch.manual_seed(0)
+    return LRAClassifier(build_mixer(name), vocab_size=VOCAB, num_classes=CLASSES, max_len=SEQ, pool=pool,
+                         **tiny_model_settings()).to(DEVICE)
+
+
+def batch(g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(1, VOCAB, (len(LENGTHS), SEQ), generator=g).to(DEVICE)
+    return ids, (torch.arange(SEQ)[None] < torch.tensor(LENGTHS)[:, None]).to(DEVICE)
+
+
 def embedding_gradient(name: str, pool: str, mode: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Norm of d(random projection of the logits)/d(token embedding), ``[B, SEQ]``, and the mask."""
-    torch.manual_seed(0)
-    net = LRAClassifier(build_mixer(name), vocab_size=VOCAB, num_classes=CLASSES, max_len=SEQ, pool=pool,
-                        **tiny_model_settings()).to(DEVICE).train(mode == "train")
+    net = tiny_network(name, pool).train(mode == "train")
     g = torch.Generator().manual_seed(3)
-    ids = torch.randint(1, VOCAB, (len(LENGTHS), SEQ), generator=g).to(DEVICE)
-    mask = (torch.arange(SEQ)[None] < torch.tensor(LENGTHS)[:, None]).to(DEVICE)
+    ids, mask = batch(g)
     embedded = []
 
     def keep(module, inputs, out):
@@ -63,3 +72,18 @@ def test_every_real_token_reaches_the_logits(name, pool, mode):
     leaked = grad[~mask]
     assert (leaked == 0).all(), \
         f"{name} ({pool}, {mode}): padded tokens reach the logits (max gradient {leaked.max():.3g})"
+
+
+BATCH_CASES = [pytest.param(case.values[0], pool, marks=case.marks, id=f"{case.id}-{pool}")
+               for pool in sorted(POOLERS) for case in variant_cases("network_batch_independence")]
+
+
+@pytest.mark.parametrize("name, pool", BATCH_CASES)
+def test_logits_independent_of_the_rest_of_the_batch(name, pool):
+    net = tiny_network(name, pool).eval()
+    ids, mask = batch(torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        together = net(ids, mask)
+        alone = torch.cat([net(ids[i:i + 1], mask[i:i + 1]) for i in range(len(LENGTHS))])
+    torch.testing.assert_close(alone, together, atol=1e-5, rtol=1e-4,
+                               msg=lambda m: f"{name} ({pool}): a row's logits depend on its batch: {m}")
