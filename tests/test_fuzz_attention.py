@@ -1,6 +1,8 @@
 """Property-based fuzzing of every variant over batch size, length, padding pattern and heads:
-outputs are finite and correctly shaped, and padding never leaks into real positions.
-Derandomised so CI sees the same examples every run."""
+outputs are finite and correctly shaped, and padding never leaks into real positions, in eval and
+in training (where both calls get the same draws: each mixer is built from the same seed).
+Derandomised so CI sees the same examples every run; training gets fewer examples (it is slower and
+shares the code paths the eval examples already cover)."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from attention.registry import variant_names
-from tests.attention_harness import make_mixer
+from tests.attention_harness import DEVICE, make_mixer
 
 MAX_LEN = 48
 
@@ -25,24 +27,39 @@ def cases(draw):
     return b, n, heads, head_dim, lengths, seed
 
 
-@pytest.mark.parametrize("name", variant_names())
-@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
-@given(case=cases())
-def test_fuzz(name, case):
+def check_case(name: str, case, mode: str) -> None:
     b, n, heads, head_dim, lengths, seed = case
-    mixer = make_mixer(name, n_heads=heads, head_dim=head_dim, max_len=MAX_LEN).eval()
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(b, heads, n, head_dim, generator=g) for _ in range(3))
     x = torch.randn(b, n, heads * head_dim, generator=g)
     mask = torch.arange(n)[None] < torch.tensor(lengths)[:, None]
-    with torch.no_grad():
-        out = mixer(q, k, v, mask, x)
-        assert out.shape == (b, heads, n, head_dim)
-        assert torch.isfinite(out).all()
-        pad = ~mask
-        noise = [torch.randn(t.shape, generator=g) * 3 for t in (q, k, v)]
-        q2, k2, v2 = (torch.where(pad[:, None, :, None], e, t) for t, e in zip((q, k, v), noise))
-        x2 = torch.where(pad[:, :, None], torch.randn(x.shape, generator=g), x)
-        out2 = mixer(q2, k2, v2, mask, x2)
-    real = mask[:, None, :, None].expand_as(out)
+    pad = ~mask
+    noise = [torch.randn(t.shape, generator=g) * 3 for t in (q, k, v)]
+    q2, k2, v2 = (torch.where(pad[:, None, :, None], e, t) for t, e in zip((q, k, v), noise))
+    x2 = torch.where(pad[:, :, None], torch.randn(x.shape, generator=g), x)
+    outs = []
+    for inputs in ((q, k, v, mask, x), (q2, k2, v2, mask, x2)):
+        mixer = make_mixer(name, n_heads=heads, head_dim=head_dim, max_len=MAX_LEN, seed=seed)
+        mixer = mixer.to(DEVICE).train(mode == "train")
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            outs.append(mixer(*(t.to(DEVICE) for t in inputs)))
+    out, out2 = outs
+    assert out.shape == (b, heads, n, head_dim)
+    assert torch.isfinite(out).all() and torch.isfinite(out2).all()
+    real = mask.to(DEVICE)[:, None, :, None].expand_as(out)
     torch.testing.assert_close(out[real], out2[real], atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize("name", variant_names())
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(case=cases())
+def test_fuzz(name, case):
+    check_case(name, case, "eval")
+
+
+@pytest.mark.parametrize("name", variant_names())
+@settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(case=cases())
+def test_fuzz_train(name, case):
+    check_case(name, case, "train")
