@@ -125,12 +125,12 @@ class ABCAttention(Mixer):
 
     def random_slots(self, b: int, n: int, device: torch.device) -> Tensor:
         """ABC_RD's slot per token ``[B, H, N]``: fresh per token in training; in eval one draw per
-        (head, position) (the first ``N`` of ``max(N, max_len)``), the same for every row."""
+        (head, position), the same for every row. Draws are position-major over ``max(N, max_len)``
+        positions and cut to ``N``, so a longer padding only appends draws."""
         g = self.generator(device)
-        if self.training:
-            return torch.randint(0, self.memory_size, (b, self.n_heads, n), generator=g, device=device)
-        table = torch.randint(0, self.memory_size, (self.n_heads, max(n, self.max_len)), generator=g, device=device)
-        return table[:, :n].expand(b, self.n_heads, n)
+        rows = b if self.training else 1
+        table = torch.randint(0, self.memory_size, (max(n, self.max_len), rows, self.n_heads), generator=g, device=device)
+        return table[:n].permute(1, 2, 0).expand(b, self.n_heads, n)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         phi = self.control_vectors(mask, x)

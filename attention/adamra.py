@@ -193,14 +193,14 @@ class AdaMRAAttention(Mixer):
 
     def random_heads(self, mask: Tensor) -> Tensor:
         """The random router's head per query ``[B, N]``: fresh per token in training; in eval one
-        draw per position (the first ``N`` of ``max(N, max_len)``), the same for every row, so a
-        sequence's eval output does not depend on the rest of the batch."""
+        draw per position, the same for every row, so a sequence's eval output does not depend on
+        the rest of the batch. Draws are position-major over ``max(N, max_len)`` positions and cut
+        to ``N``, so a longer padding only appends draws and never changes a real token's."""
         g = self.generator(mask.device)
-        if self.training:
-            return torch.randint(0, self.n_routed, mask.shape, generator=g, device=mask.device)
         b, n = mask.shape
-        table = torch.randint(0, self.n_routed, (max(n, self.max_len),), generator=g, device=mask.device)
-        return table[:n].expand(b, n)
+        rows = b if self.training else 1
+        table = torch.randint(0, self.n_routed, (max(n, self.max_len), rows), generator=g, device=mask.device)
+        return table[:n].T.expand(b, n)
 
     def _phi(self, t: Tensor) -> Tensor:
         return F.relu(t) if self.feature_map == "relu" else F.elu(t) + 1.0

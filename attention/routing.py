@@ -3,7 +3,8 @@
 Routing heads (section 4.1): queries and keys are layer-normed without scale or bias, which puts
 them on a sphere of radius sqrt(D), and routed by online spherical k-means with centroids
 ``mu [heads, n_clusters, D]`` shared across sequences. Balanced membership: each cluster takes its
-top-w nearest queries and its top-w nearest keys, ``w = ceil(N / n_clusters)``; a query attends to
+top-w nearest queries and its top-w nearest keys, ``w = min(N, ceil(max_len / n_clusters))`` (from
+``max_len``, not the padded N, so padding never changes membership); a query attends to
 the keys of the clusters that took it (eq. 8, ``X'_i = sum_{j: K_j in mu(Q_i)} A_ij V_j``), using the
 layer-normed queries and keys for the dot products, as the paper does. Cost O(N k D + N w D); with
 the default ``k = sqrt(max_len)`` this is the paper's O(N^1.5 D).
@@ -119,7 +120,8 @@ class RoutingAttention(Mixer):
         sim_q = torch.einsum("bhnd,hcd->bhcn", qu, mu)                      # cosines [B,H,C,N]
         sim_k = torch.einsum("bhnd,hcd->bhcn", ku, mu)
         pad = ~mask[:, None, None, :]
-        w = min(n, -(-n // self.n_clusters))
+        # Cluster size from max_len, not the batch's padded length: padding must not change membership.
+        w = min(n, -(-self.max_len // self.n_clusters))
         with torch.no_grad():  # membership is discrete; padded tokens rank last
             idx_q = sim_q.detach().masked_fill(pad, -math.inf).topk(w, dim=-1).indices   # [B,H,C,w]
             idx_k = sim_k.detach().masked_fill(pad, -math.inf).topk(w, dim=-1).indices
@@ -133,13 +135,13 @@ class RoutingAttention(Mixer):
         # Combine the clusters that took each query by their softmax mass (log-sum-exp weights).
         flat, lse = idx_q.flatten(2), lse.flatten(2)                        # [B,H,C*w]
         with torch.no_grad():
-            top = torch.full((b, h, n), -math.inf, device=q.device, dtype=q.dtype)
+            top = lse.new_full((b, h, n), -math.inf)
             top = top.scatter_reduce(2, flat, lse.detach(), reduce="amax")
             taken = top > -math.inf                                         # [B,H,N]
         wts = torch.exp(lse - top.gather(2, flat))                          # the largest term is 1
-        num = q.new_zeros(b, h, n, d).scatter_add(2, flat[..., None].expand(b, h, flat.shape[2], d),
+        num = o.new_zeros(b, h, n, d).scatter_add(2, flat[..., None].expand(b, h, flat.shape[2], d),
                                                   wts[..., None] * o.flatten(2, 3))
-        den = q.new_zeros(b, h, n).scatter_add(2, flat, wts)
+        den = wts.new_zeros(b, h, n).scatter_add(2, flat, wts)
         routed = num / den.clamp(min=1.0)[..., None]                         # den >= 1 where taken
         fallback = block_local_attention(qn, kn, v, mask, window)
         out = torch.where(taken[..., None], routed, fallback)

@@ -51,7 +51,7 @@ def memberships(mixer, q, k, mask):
     """Each cluster's top-w queries and keys, recomputed from the mixer's centroids."""
     mu = mixer.centroids
     pad = ~mask[:, None, None, :]
-    w = math.ceil(q.shape[2] / mixer.n_clusters)
+    w = min(q.shape[2], math.ceil(mixer.max_len / mixer.n_clusters))
     sq = torch.einsum("bhnd,hcd->bhcn", F.normalize(ln(q), dim=-1), mu).masked_fill(pad, -math.inf)
     sk = torch.einsum("bhnd,hcd->bhcn", F.normalize(ln(k), dim=-1), mu).masked_fill(pad, -math.inf)
     return sq.topk(w, -1).indices, sk.topk(w, -1).indices
@@ -63,7 +63,7 @@ def test_routing_head_matches_dense_reference():
     q, k, v, x = qkvx()
     mask = lengths_mask(LENGTHS)
     window = 6
-    mixer = make_mixer("routing", n_clusters=6, window=window, local_heads=0).eval()
+    mixer = make_mixer("routing", n_clusters=6, window=window, local_heads=0, max_len=N).eval()
     idx_q, idx_k = memberships(mixer, q, k, mask)
     out = mixer(q, k, v, mask, x)
     qn, kn = ln(q), ln(k)

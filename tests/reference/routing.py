@@ -27,7 +27,7 @@ def routing_reference(mixer, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, cent
     b, h, n, d = q.shape
     nl, window = mixer.local_heads, min(mixer.window, n)
     n_clusters = centroids.shape[1]
-    w = min(n, -(-n // n_clusters))
+    w = min(n, -(-mixer.max_len // n_clusters))   # from max_len: padding-independent
     out = torch.zeros_like(q)
     commit = q.new_zeros(())
     sums = torch.zeros_like(centroids)
