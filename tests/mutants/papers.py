@@ -89,6 +89,10 @@ MUTANTS = [
            "onehot = F.one_hot(s.argmax(dim=2), c).to(u.dtype)", "padded tokens move the centroids", (T_ROU,)),
     Mutant("papers-routing-window-off-by-one", ROU, "window = min(self.window, n)", "window = min(self.window + 1, n)",
            "local block boundaries off by one", (T_ROU,)),
-    Mutant("papers-routing-cluster-size-floor", ROU, "w = min(n, -(-n // self.n_clusters))",
-           "w = min(n, max(1, n // self.n_clusters))", "cluster size floor(N/k) instead of ceil(N/k)", (T_ROU,)),
+    Mutant("papers-routing-cluster-size-floor", ROU, "w = min(n, -(-self.max_len // self.n_clusters))",
+           "w = min(n, max(1, self.max_len // self.n_clusters))", "cluster size floor(max_len/k) instead of ceil",
+           (T_ROU,)),
+    Mutant("papers-routing-cluster-size-from-padding", ROU, "w = min(n, -(-self.max_len // self.n_clusters))",
+           "w = min(n, -(-n // self.n_clusters))", "cluster size from the padded length: padding moves membership",
+           ("tests/test_attention_contract.py::test_padded_length_invariance_eval",)),
 ]
