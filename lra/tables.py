@@ -63,7 +63,7 @@ class Table:
 
 _LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
           "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "ö": r"\"{o}", "±": r"$\pm$",
-          "—": "--", "×": r"$\times$"}
+          "—": "--", "×": r"$\times$", "†": r"$^\dagger$", "α": r"$\alpha$", "≥": r"$\geq$", "≈": r"$\approx$"}
 
 
 def latex_escape(text: str) -> str:
