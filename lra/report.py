@@ -319,11 +319,11 @@ def build_report(results_dir: str | Path, metric: str = "test_acc", smat_protoco
     for t in tables:
         files[f"tables/{t.name}.csv"] = t.csv()
         files[f"tables/{t.name}.tex"] = t.latex()
-    md = _markdown(records, problems, tables, plots, groups)
+    md = _markdown(records, problems, tables, plots, groups, runs_title if runs_points else None)
     return md, files, plots
 
 
-def _markdown(records, problems, tables, plots, groups) -> str:
+def _markdown(records, problems, tables, plots, groups, bubble_runs: str | None) -> str:
     unfinished = sorted((r["run_id"], r["status"], (r.get("error") or "")[:120]) for r in records if r["status"] != "finished")
     out = ["# LRA benchmark report", "",
            f"Built from {len(records)} run record(s) under `runs/`; {len(problems)} malformed file(s) skipped; "
@@ -333,7 +333,8 @@ def _markdown(records, problems, tables, plots, groups) -> str:
     for t in tables:
         out += [f"## {t.title}", "", t.markdown(), ""] + [f"- {n}" for n in t.notes] + ["",
                 f"Files: `tables/{t.name}.csv`, `tables/{t.name}.tex`", ""]
-    out += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in sorted(plots)] + [""]
+    out += ["## Plots", "", f"Bubble chart, left panel: {bubble_runs or 'empty (no variant with both accuracy and efficiency figures)'}.", ""]
+    out += [f"![{Path(p).stem}]({p})" for p in sorted(plots)] + [""]
     if problems:
         out += ["## Skipped records", ""] + [f"- {p}" for p in problems] + [""]
     if unfinished:
