@@ -154,9 +154,16 @@ def with_predictions(tmp_path):
     runs.mkdir()
     rng = np.random.default_rng(7)
     labels, lengths = rng.integers(0, 10, N_TEST), rng.integers(5, 61, N_TEST)
-    correct = {("softmax", 0): rng.random(N_TEST) < 0.40, ("softmax", 1): rng.random(N_TEST) < 0.45,
-               ("linear", 0): rng.random(N_TEST) < 0.42, ("linear", 1): rng.random(N_TEST) < 0.44,
-               ("adamra", 0): rng.random(N_TEST) < 0.85}
+
+    def exactly(k: int) -> np.ndarray:  # k correct examples, at random positions
+        c = np.zeros(N_TEST, dtype=bool)
+        c[rng.permutation(N_TEST)[:k]] = True
+        return c
+
+    # linear - softmax = +5.0 and +5.5 points: paired t p = 0.030, above 0.05 after Holm (x2);
+    # zeta - softmax = +0.5 and -0.5: p = 1; adamra far better (McNemar, one seed)
+    correct = {("softmax", 0): exactly(80), ("softmax", 1): exactly(90), ("linear", 0): exactly(90),
+               ("linear", 1): exactly(101), ("zeta", 0): exactly(81), ("zeta", 1): exactly(89), ("adamra", 0): exactly(170)}
     for (attn, seed), c in correct.items():
         rid = f"{attn}-s{seed}"
         write_record(runs, rid, "train", "listops", attn, seed, protocol="quick",
@@ -187,8 +194,8 @@ def test_intervals_significance_and_length_buckets(with_predictions):
     assert float(rows["adamra"]["listops_low"]) == pytest.approx(100 * p - half, abs=1.2)
     assert float(rows["adamra"]["listops_high"]) == pytest.approx(100 * p + half, abs=1.2)
 
-    # comparisons: linear vs softmax over two seed pairs (paired t), adamra vs softmax and the named
-    # pair adamra vs linear with one common seed (McNemar mid-p on the same examples); Holm over all 3
+    # comparisons: linear and zeta vs softmax over two seed pairs (paired t), adamra vs softmax and the
+    # named pair adamra vs linear with one common seed (McNemar mid-p on the same examples); Holm over all 4
     sig = {(r["variant"], r["baseline"]): r for r in _csv(files["tables/significance_quick.csv"])}
     t = st.ttest_rel([acc["linear", 0], acc["linear", 1]], [acc["softmax", 0], acc["softmax", 1]])
 
@@ -197,7 +204,8 @@ def test_intervals_significance_and_length_buckets(with_predictions):
         n, k = n01 + n10, min(n01, n10)
         return min(1.0, (2 * sum(math.comb(n, i) for i in range(k)) + math.comb(n, k)) / 2 ** n)
 
-    expected = {("linear", "softmax"): t.pvalue,
+    assert 0.0167 < t.pvalue < 0.05  # significant alone, not after Holm
+    expected = {("linear", "softmax"): t.pvalue, ("zeta", "softmax"): 1.0,
                 ("adamra", "softmax"): midp(correct["adamra", 0], correct["softmax", 0]),
                 ("adamra", "linear"): midp(correct["adamra", 0], correct["linear", 0])}
     assert set(sig) == set(expected)
@@ -206,7 +214,7 @@ def test_intervals_significance_and_length_buckets(with_predictions):
     order = sorted(expected, key=expected.get)
     holm, running = {}, 0.0
     for i, key in enumerate(order):
-        running = max(running, min(1.0, (3 - i) * expected[key]))
+        running = max(running, min(1.0, (4 - i) * expected[key]))
         holm[key] = running
     for key in expected:
         assert float(sig[key]["p_holm"]) == pytest.approx(holm[key], rel=1e-5), key
@@ -296,36 +304,50 @@ def snapshot(root: Path) -> dict[str, bytes]:
 
 
 def test_end_to_end_train_bench_report(cli):
+    """experiment=quick, two variants, two seeds, shrunk to seconds: the shrinking overrides make
+    them custom runs of protocol quick, with intervals, paired tests, length buckets and curves."""
     results = cli.cwd / "results"
-    cli("-m", *TINY_LISTOPS, "seed=0,1", "task.max_steps=4", "task.val_every=2", "callbacks.throughput.warmup_steps=1",
-        "trainer.enable_progress_bar=false", f"hydra.sweep.dir={cli.cwd / 'multirun'}")
+    cli("-m", "experiment=quick", "attention=softmax,linear", *TINY_LISTOPS, "seed=0,1", "task.max_steps=4",
+        "task.val_every=2", "callbacks.throughput.warmup_steps=1", "trainer.enable_progress_bar=false",
+        f"hydra.sweep.dir={cli.cwd / 'multirun'}")
     # in-process measurements keep this test fast; per-measurement subprocesses are tested in test_bench.py
     cli("-m", "mode=bench", "model=tiny", "bench.task=listops", "bench.protocol=table2,smat", "bench.lengths=[32,64]",
         "bench.repeats=1", "bench.min_time_s=0", "bench.warmup=1", "bench.threads=1", "bench.isolate=false",
         f"hydra.sweep.dir={cli.cwd / 'multirun-bench'}")
-    # a second attention on the same task (only softmax exists as a variant in this test's world)
+    # a protocol run of another variant (fabricated: the real ones above are custom)
     write_record(results / "runs", "zz-other", "train", "listops", "other", 0, metrics={"test_acc": 0.25})
     cli("mode=report", f"hydra.run.dir={cli.cwd / 'report-run'}")
     first = snapshot(results)
 
-    from lra.records import load_records
+    from lra.records import load_predictions, load_records
     records, problems = load_records(results)
     assert not problems
-    trains = [r for r in records if r["mode"] == "train"]
+    trains = [r for r in records if r["mode"] == "train" and r["run_id"] != "zz-other"]
     benches = [r for r in records if r["mode"] == "bench"]
-    assert len(trains) == 3 and len(benches) == 2 and all(r["status"] == "finished" for r in records)
-    for r in (r for r in trains if r["attention"] == "softmax"):
+    assert len(trains) == 4 and len(benches) == 2 and all(r["status"] == "finished" for r in records)
+    for r in trains:
         eff = r["efficiency"]
         assert eff["throughput"]["train"]["examples_per_s"] > 0 and eff["parameters"]["attention"] > 0
         assert eff["peak_memory"]["train_mb"] > 0 and eff["peak_memory"]["method"]
+        assert r["protocol"] == "quick" and "task.max_steps=4" in r["overrides"] and "experiment=quick" in r["overrides"]
+        assert [s for s, _ in r["learning_curve"]] == [2, 4]
+        preds = load_predictions(results, r)
+        assert preds["correct"].shape == (40,) and r["predictions"]["n"] == 40
+        assert preds["correct"].mean() == pytest.approx(r["metrics"]["test_acc"])
+        assert (preds["correct"] == (preds["pred"] == preds["label"])).all()
+        assert 5 <= preds["length"].min() and preds["length"].max() <= 64
     for r in benches:
         assert [m["status"] for m in r["efficiency"]["bench"]["results"]] == ["ok", "ok"]
         assert r["stamp"]["torch"] and r["efficiency"]["bench"]["protocol"] == r["protocol"]
 
     md = first["report.md"].decode()
-    assert "| softmax | run |" in md and "| other | run | **25.00** |" in md and "± " in md  # two seeds
+    assert "| other | run | **25.00 [—] n=1** |" in md  # the protocol table holds only the protocol run
+    assert "| softmax | run |" not in md and "| softmax | model=tiny task.batch_size=16 " in md and " n=2" in md and "± " in md
     names = set(first)
-    assert {"tables/accuracy_xiong2021.csv", "tables/accuracy_xiong2021.tex", "plots/bubble.png"} <= names
+    assert {"tables/accuracy_xiong2021.csv", "tables/accuracy_custom_quick.csv", "tables/significance_custom_quick.csv",
+            "tables/length_custom_quick_listops.csv", "plots/length_custom_quick_listops.png",
+            "plots/curves_custom_quick_listops.png", "plots/bubble.png"} <= names
+    assert "paired t (seeds)" in first["tables/significance_custom_quick.csv"].decode()
     assert any(n.startswith("tables/efficiency_table2_") for n in names)
     assert any(n.startswith("tables/smat_") for n in names)
     assert any(n.startswith("plots/scaling_table2_") for n in names)
