@@ -12,6 +12,7 @@ so the same records give byte-identical files).
 from __future__ import annotations
 
 import io
+import textwrap
 from typing import Any
 
 import matplotlib
@@ -34,7 +35,7 @@ def _png(fig) -> bytes:
 
 
 def _bubbles(ax, points: list[Point], title: str, empty: str) -> None:
-    ax.set_title(title, fontsize=10)
+    ax.set_title(textwrap.fill(title, 62), fontsize=9)
     ax.set_xlabel("speed (examples / s)")
     ax.set_ylabel("LRA average accuracy (%)")
     ax.grid(True, alpha=0.3)
@@ -92,8 +93,9 @@ def bubble_chart(runs: list[Point], reference: list[Point], runs_title: str, ref
 
 
 def scaling_plot(series: dict[str, list[tuple[int, float | None, float | None]]], title: str,
-                 fits: dict[str, tuple[Any, Any]] | None = None) -> bytes:
-    """``series``: variant -> [(length, ms, MB)]; missing figures (failed lengths) are skipped.
+                 fits: dict[str, tuple[Any, Any]] | None = None, min_mb: float = 0.0) -> bytes:
+    """``series``: variant -> [(length, ms, MB)]; missing figures (failed lengths) and peaks not above
+    ``min_mb`` (below the memory method's resolution) are skipped.
     ``fits``: variant -> (time fit, memory fit) with ``a`` and ``alpha`` (:class:`lra.stats.PowerFit`)."""
     fig, (t_ax, m_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     lengths = sorted({n for pts in series.values() for n, _, _ in pts})
@@ -101,7 +103,7 @@ def scaling_plot(series: dict[str, list[tuple[int, float | None, float | None]]]
         pts = sorted(series[name])
         style = _style(i)
         for ax, k in ((t_ax, 1), (m_ax, 2)):
-            xy = [(p[0], p[k]) for p in pts if p[k] is not None and p[k] > 0]
+            xy = [(p[0], p[k]) for p in pts if p[k] is not None and p[k] > (min_mb if k == 2 else 0)]
             if xy:
                 fit = (fits or {}).get(name, (None, None))[k - 1]
                 alpha = f", α={fit.alpha:.2f}" if fit is not None else ""
@@ -124,7 +126,7 @@ def scaling_plot(series: dict[str, list[tuple[int, float | None, float | None]]]
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper left")
     t_ax.set_title("time (dashed: fitted a·N^α)", fontsize=9)
-    m_ax.set_title("memory (dashed: fitted a·N^α)", fontsize=9)
+    m_ax.set_title("memory (dashed: fitted a·N^α)" + (f"; peaks < {min_mb:g} MB not shown" if min_mb else ""), fontsize=9)
     fig.suptitle(title, fontsize=11)
     return _png(fig)
 

@@ -38,14 +38,10 @@ from lra.records import load_records
 from lra.report_accuracy import chrono as _chrono
 from lra.report_accuracy import order as _order
 from lra.smat import smat_scores
-from lra.tables import MISSING, Cell, Table, emphasise
+from lra.tables import MISSING, Cell, Table, emphasise, slug
 
 log = logging.getLogger(__name__)
 OWN = "run"  # the source label of this suite's rows
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")[:40] or "unknown"
 
 
 def device_label(rec: dict[str, Any]) -> str:
@@ -82,11 +78,15 @@ def _ratio_cell(value: float | None, base: float | None) -> Cell:
     return Cell(f"{value:.1f}{ratio}", value)
 
 
+MIN_FIT_MB = 1.0  # peaks below this are the CPU method's resolution (reused pages), not a size
+
+
 def power_fits(rs: dict[int, dict[str, Any]]) -> tuple[stats.PowerFit | None, stats.PowerFit | None]:
-    """Time and memory fitted to a N^alpha over the lengths measured (>= 2 lengths, positive values)."""
+    """Time and memory fitted to a N^alpha over the lengths measured (>= 2 lengths; memory only
+    from peaks >= MIN_FIT_MB)."""
     out = []
-    for k in ("ms", "peak_mb"):
-        pts = [(n, r[k]) for n, r in sorted(rs.items()) if r.get(k) and r[k] > 0]
+    for k, floor in (("ms", 0.0), ("peak_mb", MIN_FIT_MB)):
+        pts = [(n, r[k]) for n, r in sorted(rs.items()) if r.get(k) and r[k] > floor]
         out.append(stats.fit_power_law([n for n, _ in pts], [v for _, v in pts]) if len(pts) >= 2 else None)
     return out[0], out[1]
 
@@ -135,7 +135,8 @@ def efficiency_table(key: tuple, group: dict[str, dict[str, Any]]) -> Table:
         f"ms = median time of one {'training step (fwd+bwd+optimiser)' if protocol != 'block' else 'block fwd+bwd'}; "
         "MB = peak memory of the step; (x) = softmax / variant (> 1: faster or smaller than softmax).",
         "α = exponent of a·N^α fitted by least squares on log-log (time, memory) over the lengths measured; "
-        "95% CI from the slope's t-distribution (n - 2 dof; [—] with two lengths). α ≈ 2: quadratic, ≈ 1: linear; "
+        "95% CI from the slope's t-distribution (n - 2 dof; [—] with two lengths); memory peaks under "
+        f"{MIN_FIT_MB:g} MB are left out of the fit. α ≈ 2: quadratic, ≈ 1: linear; "
         "fixed costs (weights, activations outside attention) pull α down at short lengths.",
         f"Memory method: {', '.join(methods) or 'unknown'} (see lra/bench.py). Bold = best, underlined = second.",
         "Published figures were measured on other hardware: they are in their own table, never in this one.",
@@ -258,9 +259,8 @@ def _accuracy_section(records: list[dict[str, Any]], results_dir: str | Path, me
                 edges, data = found
                 lt = acc_.length_table(g, task, edges, data)
                 tables.append(lt)
-                label = lambda k: k[0] + (f" ({' '.join(k[1])})" if k[1] else "")  # noqa: E731
                 plots[f"plots/{lt.name}.png"] = length_plot(
-                    acc_.bucket_labels(edges), {label(k): [a for a, _ in b] for k, b in data.items()},
+                    acc_.bucket_labels(edges), {acc_.row_text(k): [a for a, _ in b] for k, b in data.items()},
                     f"{task}: test accuracy by real length, {where}")
             series = acc_.curves(g, task)
             if series:
@@ -293,7 +293,7 @@ def build_report(results_dir: str | Path, metric: str = "test_acc", smat_protoco
             series = {a: [(n, r["ms"], r["peak_mb"]) for n, r in sorted(_ok(group[a]).items())] for a in ordered}
             plots[f"plots/scaling_{slug(key[0])}_{slug(key[1])}.png"] = scaling_plot(
                 series, f"bench {key[0]} on {key[1]} (batch {key[2]}, task {key[3]}): log-log",
-                fits={a: power_fits(_ok(group[a])) for a in ordered})
+                fits={a: power_fits(_ok(group[a])) for a in ordered}, min_mb=MIN_FIT_MB)
     if any(k[0] == "table2" for k in groups):
         tables.append(efficiency_reference_table())
     runs_points, runs_title = [], "this suite"

@@ -34,7 +34,7 @@ from lra import reference as ref
 from lra import stats
 from lra.protocols import protocol_overrides
 from lra.records import load_predictions
-from lra.tables import MISSING, Cell, Table, emphasise
+from lra.tables import MISSING, Cell, Table, emphasise, slug
 
 OWN = "run"
 SIGNIFICANT = "†"
@@ -64,7 +64,6 @@ class AccuracyGroup:
 
     @property
     def name(self) -> str:
-        from lra.report import slug
         return f"accuracy_{'custom_' if self.custom else ''}{slug(self.protocol)}"
 
     @property
@@ -187,6 +186,11 @@ def comparisons(group: AccuracyGroup, metric: str, preds: Predictions, pair: tup
     return out
 
 
+def row_text(key: RowKey) -> str:
+    """A row's name in plots and comparisons: the variant, with its overrides if any."""
+    return key[0] + (f" ({' '.join(key[1])})" if key[1] else "")
+
+
 def _fmt_ci(lo: float | None, hi: float | None, digits: int = 2) -> str:
     return f"[{lo:.{digits}f}, {hi:.{digits}f}]" if lo is not None and hi is not None else "[—]"
 
@@ -265,9 +269,8 @@ def accuracy_table(group: AccuracyGroup, metric: str, preds: Predictions, comps:
 def significance_table(group: AccuracyGroup, comps: list[ComparisonRow]) -> Table | None:
     if not comps:
         return None
-    from lra.report import slug
     name = f"significance_{'custom_' if group.custom else ''}{slug(group.protocol)}"
-    label = lambda k: k[0] + (f" ({' '.join(k[1])})" if k[1] else "")  # noqa: E731
+    label = row_text
     header = ["task", "variant", "baseline", "test", "n", "diff (pp)", "95% CI", "p", "p (Holm)", "significant"]
     table = Table(name, f"Paired comparisons, {'custom runs of ' if group.custom else ''}protocol {group.protocol}", header,
                   csv_header=["task", "variant", "baseline", "test", "n", "diff", "low", "high", "p", "p_holm", "significant"])
@@ -324,7 +327,6 @@ def bucket_labels(edges: np.ndarray) -> list[str]:
 
 
 def length_table(group: AccuracyGroup, task: str, edges: np.ndarray, data: dict[RowKey, list[tuple[float, int]]]) -> Table:
-    from lra.report import slug
     labels = bucket_labels(edges)
     header = ["attention", "overrides" if group.custom else "source"] + [f"len {lab}" for lab in labels]
     name = f"length_{'custom_' if group.custom else ''}{slug(group.protocol)}_{slug(task)}"
@@ -349,6 +351,5 @@ def curves(group: AccuracyGroup, task: str) -> dict[str, list[tuple[int, float, 
             for step, value in rec.get("learning_curve") or []:
                 by_step[int(step)].append(100.0 * float(value))
         if by_step:
-            label = key[0] + (f" ({' '.join(key[1])})" if key[1] else "")
-            out[label] = [(s, statistics.fmean(v), min(v), max(v)) for s, v in sorted(by_step.items())]
+            out[row_text(key)] = [(s, statistics.fmean(v), min(v), max(v)) for s, v in sorted(by_step.items())]
     return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +60,11 @@ class Table:
         for row in self.csv_rows:
             w.writerow(["" if v is None else f"{v:.6g}" if isinstance(v, float) else v for v in row])
         return buf.getvalue()
+
+
+def slug(text: str) -> str:
+    """A file-name-safe form of a protocol, device or task name."""
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")[:40] or "unknown"
 
 
 _LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
