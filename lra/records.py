@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from lra.atomic import write_json
+from lra.atomic import write_bytes, write_json
 from lra.cache import ensure_writable
 from lra.stamp import stamp
 
@@ -105,6 +105,47 @@ class NullRecord(RunRecord):
 def is_rank_zero() -> bool:
     """True unless a launcher (torchrun, Lightning's DDP launcher, SLURM) marks a non-zero rank."""
     return all(int(os.environ.get(v, 0) or 0) == 0 for v in ("RANK", "LOCAL_RANK", "NODE_RANK", "SLURM_PROCID"))
+
+
+def hydra_overrides() -> list[str] | None:
+    """The command-line overrides of this Hydra job (what the report uses to tell a protocol run from
+    a custom one, :mod:`lra.protocols`); None outside Hydra (unknown)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    return [str(o) for o in HydraConfig.get().overrides.task]
+
+
+def write_predictions(record_path: str | Path, arrays: dict[str, Any]) -> dict[str, Any] | None:
+    """Save per-example test predictions next to the record (``<run_id>.preds.npz``, atomically);
+    returns the record's ``predictions`` field (file name relative to the record, count, accuracy)."""
+    if not arrays:
+        return None
+    import io
+
+    import numpy as np
+
+    path = Path(record_path).with_suffix(".preds.npz")
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    write_bytes(path, buf.getvalue())
+    correct = np.asarray(arrays["correct"])
+    return {"file": path.name, "n": int(correct.size), "accuracy": float(correct.mean()) if correct.size else None}
+
+
+def load_predictions(results_dir: str | Path, rec: dict[str, Any]) -> dict[str, Any] | None:
+    """The arrays a record names (None when it names none or the file is unreadable)."""
+    import numpy as np
+
+    name = (rec.get("predictions") or {}).get("file")
+    if not name:
+        return None
+    try:
+        with np.load(Path(results_dir) / "runs" / Path(name).name) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError):
+        return None
 
 
 def load_records(results_dir: str | Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -7,51 +7,41 @@ first, then variant names; tasks in LRA order), fixed number formats.
 
 Rules, written down:
 
-* Accuracy (AdaMRA Table 1): finished ``mode=train`` records, one table per training protocol; the
-  cell is ``report.metric`` x 100, mean +- sample std over seeds (a seed run twice: the latest
-  record counts). The average is over the task columns shown, and only for rows with every column.
-  Best is bold, second underlined, among this suite's rows only.
+* Accuracy (AdaMRA Table 1), with intervals, paired significance against softmax, accuracy by
+  length and learning curves: :mod:`lra.report_accuracy`. One table per training protocol, and a
+  separate "custom" table per protocol for runs that overrode protocol-defining settings
+  (:mod:`lra.protocols`); published rows only beside runs of their own protocol.
 * Efficiency (AdaMRA Table 2): finished ``mode=bench`` records, one table per (bench protocol,
   device, batch size, task); the latest record per variant; ratios are softmax / variant (the
-  paper's "improvement" factors: > 1 = faster or smaller than softmax).
+  paper's "improvement" factors: > 1 = faster or smaller than softmax); time and memory fitted to
+  a N^alpha (alpha with its 95% interval). The published T4 figures are their own table.
 * SMAT (AdaMRA Table 3, eq. 10 in :mod:`lra.smat`): speed and memory of the ``smat`` bench at its
   longest length, accuracy = the LRA average of protocol ``report.smat_protocol``; normalised over
-  the suite's variants with all three figures. Reference rows are normalised among themselves.
-* Published numbers (:mod:`lra.reference`) are ``reference`` rows with their source named.
+  the suite's variants with all three figures. The published rows are their own table.
+* Bubble chart: the smat bench points; without a smat bench, the accuracy runs' own training
+  throughput and peak memory (one device only).
+* Tables with no runs are omitted.
 """
 from __future__ import annotations
 
 import logging
 import re
-import statistics
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from lra import reference as ref
+from lra import report_accuracy as acc_
+from lra import stats
 from lra.atomic import write_bytes, write_text
 from lra.records import load_records
+from lra.report_accuracy import chrono as _chrono
+from lra.report_accuracy import order as _order
 from lra.smat import smat_scores
-from lra.tables import MISSING, Cell, Table, emphasise
+from lra.tables import MISSING, Cell, Table, emphasise, slug
 
 log = logging.getLogger(__name__)
 OWN = "run"  # the source label of this suite's rows
-
-
-def _order(name: str) -> tuple[int, str]:
-    return (0 if name == "softmax" else 1, name)
-
-
-def _task_order(task: str) -> tuple[int, str]:
-    return (ref.LRA_TASKS.index(task), "") if task in ref.LRA_TASKS else (len(ref.LRA_TASKS), task)
-
-
-def _chrono(rec: dict[str, Any]) -> tuple[str, str]:
-    return (str(rec.get("started_at") or ""), str(rec["run_id"]))
-
-
-def slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")[:40] or "unknown"
 
 
 def device_label(rec: dict[str, Any]) -> str:
@@ -60,77 +50,6 @@ def device_label(rec: dict[str, Any]) -> str:
     if bench.get("device", "cpu").startswith("cuda") and st.get("gpu"):
         return str(st["gpu"])
     return str(st.get("cpu") or "unknown device")
-
-
-# ---------------------------------------------------------------------------------------------
-# Accuracy
-# ---------------------------------------------------------------------------------------------
-def accuracy_data(records: list[dict[str, Any]], metric: str) -> dict[str, dict[str, dict[str, list[float]]]]:
-    """protocol -> attention -> task -> values (%) ordered by seed."""
-    latest: dict[tuple, tuple[tuple, float]] = {}
-    for rec in records:
-        value = (rec.get("metrics") or {}).get(metric)
-        if rec.get("mode") != "train" or rec.get("status") != "finished" or not isinstance(value, (int, float)):
-            continue
-        key = (str(rec.get("protocol")), rec["attention"], rec["task"], rec.get("seed"))
-        if key not in latest or _chrono(rec) > latest[key][0]:
-            latest[key] = (_chrono(rec), 100.0 * float(value))
-    data: dict = defaultdict(lambda: defaultdict(dict))
-    for (protocol, attn, task, seed), (_, value) in sorted(latest.items(), key=lambda kv: str(kv[0])):
-        data[protocol][attn].setdefault(task, []).append(value)
-    return data
-
-
-def _mean_std(values: list[float]) -> tuple[float, float | None]:
-    return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else None
-
-
-def accuracy_table(protocol: str, rows: dict[str, dict[str, list[float]]], metric: str) -> tuple[Table, dict[str, float]]:
-    """The table, and each complete row's average (for SMAT and the bubble chart)."""
-    tasks = sorted({t for per in rows.values() for t in per}, key=_task_order) or list(ref.LRA_TASKS)
-    header = ["attention", "source"] + tasks + ["Avg"]
-    csv_header = ["attention", "source"] + [f"{t}_{k}" for t in tasks for k in ("mean", "std", "n")] + ["avg"]
-    table = Table(f"accuracy_{slug(protocol)}", f"Accuracy (%), protocol {protocol}, metric {metric}", header,
-                  csv_header=csv_header)
-    averages: dict[str, float] = {}
-    own_rows = []
-    for attn in sorted(rows, key=_order):
-        cells, raw, means = [Cell(attn), Cell(OWN)], [attn, OWN], []
-        for t in tasks:
-            vals = rows[attn].get(t)
-            if not vals:
-                cells.append(Cell(MISSING))
-                raw += [None, None, 0]
-                continue
-            mean, std = _mean_std(vals)
-            means.append(mean)
-            cells.append(Cell(f"{mean:.2f}" + (f" ± {std:.2f}" if std is not None else ""), mean))
-            raw += [mean, std, len(vals)]
-        avg = statistics.fmean(means) if len(means) == len(tasks) else None
-        if avg is not None:
-            averages[attn] = avg
-        cells.append(Cell(f"{avg:.2f}" if avg is not None else MISSING, avg))
-        own_rows.append(cells)
-        table.csv_rows.append(raw + [avg])
-    for col in range(2, len(header)):
-        emphasise([r[col] for r in own_rows])
-    table.rows += own_rows
-    for source, models in ref.ACCURACY_SOURCES.items():
-        for model, vals in models.items():
-            shown = [vals.get(t) for t in tasks]
-            avg = statistics.fmean(shown) if all(v is not None for v in shown) else None
-            table.rows.append([Cell(ref.label(model)), Cell(source)]
-                              + [Cell(f"{v:.2f}" if v is not None else MISSING) for v in shown]
-                              + [Cell(f"{avg:.2f}" if avg is not None else MISSING)])
-            table.csv_rows.append([ref.label(model), source] + [x for v in shown for x in (v, None, None)] + [avg])
-    table.notes += [
-        f"Cells: {metric} x 100, mean ± sample std over seeds (n per cell in the CSV); {MISSING} = no finished run.",
-        f"Avg = mean over the {len(tasks)} task column(s) shown, only for rows with all of them"
-        + ("" if tasks == list(ref.LRA_TASKS) else " (not the five-task LRA average)") + ".",
-        "Bold = best, underlined = second best among this suite's runs; reference rows are published figures "
-        "(LRA paper rows follow the LRA protocol, not Xiong et al.'s).",
-    ]
-    return table, averages
 
 
 # ---------------------------------------------------------------------------------------------
@@ -159,13 +78,34 @@ def _ratio_cell(value: float | None, base: float | None) -> Cell:
     return Cell(f"{value:.1f}{ratio}", value)
 
 
+MIN_FIT_MB = 1.0  # peaks below this are the CPU method's resolution (reused pages), not a size
+
+
+def power_fits(rs: dict[int, dict[str, Any]]) -> tuple[stats.PowerFit | None, stats.PowerFit | None]:
+    """Time and memory fitted to a N^alpha over the lengths measured (>= 2 lengths; memory only
+    from peaks >= MIN_FIT_MB)."""
+    out = []
+    for k, floor in (("ms", 0.0), ("peak_mb", MIN_FIT_MB)):
+        pts = [(n, r[k]) for n, r in sorted(rs.items()) if r.get(k) and r[k] > floor]
+        out.append(stats.fit_power_law([n for n, _ in pts], [v for _, v in pts]) if len(pts) >= 2 else None)
+    return out[0], out[1]
+
+
+def _alpha_cell(fit: stats.PowerFit | None) -> Cell:
+    if fit is None:
+        return Cell(MISSING)
+    ci = f" [{fit.low:.2f}, {fit.high:.2f}]" if fit.low is not None else " [—]"
+    return Cell(f"{fit.alpha:.2f}{ci}")
+
+
 def efficiency_table(key: tuple, group: dict[str, dict[str, Any]]) -> Table:
     protocol, device, batch, task = key
     per = {a: _ok(b) for a, b in group.items()}
     lengths = sorted({n for rs in per.values() for n in rs})
-    header = ["attention", "source"] + [f"ms @{n}" for n in lengths] + [f"MB @{n}" for n in lengths]
-    csv_header = ["attention", "source"] + [f"{k}_{n}" for n in lengths for k in
-                                            ("ms", "ms_ratio", "mb", "mb_ratio", "examples_per_s")]
+    header = (["attention", "source"] + [f"ms @{n}" for n in lengths] + [f"MB @{n}" for n in lengths]
+              + ["time α [95% CI]", "memory α [95% CI]"])
+    csv_header = (["attention", "source"] + [f"{k}_{n}" for n in lengths for k in ("ms", "ms_ratio", "mb", "mb_ratio", "examples_per_s")]
+                  + ["time_alpha", "time_alpha_low", "time_alpha_high", "mem_alpha", "mem_alpha_low", "mem_alpha_high"])
     methods = sorted({b.get("memory_method") or "" for b in group.values()} - {""})
     table = Table(f"efficiency_{slug(protocol)}_{slug(device)}",
                   f"Efficiency, bench protocol {protocol}, {device}, batch {batch}, task {task}", header,
@@ -174,41 +114,51 @@ def efficiency_table(key: tuple, group: dict[str, dict[str, Any]]) -> Table:
     own = []
     for attn in sorted(per, key=_order):
         rs = per[attn]
+        fits = power_fits(rs)
         cells = [Cell(attn), Cell(OWN)]
         cells += [_ratio_cell(rs[n]["ms"] if n in rs else None, base.get(n, {}).get("ms")) for n in lengths]
         cells += [_ratio_cell(rs[n]["peak_mb"] if n in rs else None, base.get(n, {}).get("peak_mb")) for n in lengths]
-        own.append(cells)
+        own.append(cells + [_alpha_cell(f) for f in fits])
         raw: list[Any] = [attn, OWN]
         for n in lengths:
             r, b = rs.get(n), base.get(n)
             raw += [r["ms"] if r else None, b["ms"] / r["ms"] if r and b else None, r["peak_mb"] if r else None,
                     b["peak_mb"] / r["peak_mb"] if r and b and r["peak_mb"] > 0 else None,
                     r["examples_per_s"] if r else None]
+        for f in fits:
+            raw += [f.alpha, f.low, f.high] if f is not None else [None] * 3
         table.csv_rows.append(raw)
-    for col in range(2, len(header)):
+    for col in range(2, 2 + 2 * len(lengths)):
         emphasise([r[col] for r in own], higher_is_better=False)
     table.rows += own
-    shared = [n for n in lengths if n in ref.TABLE2_LENGTHS]
-    if protocol == "table2" and shared:
-        t_ref, m_ref = ref.ADAMRA_TABLE2["Transformer"]
-        for model, (ms, mb) in ref.ADAMRA_TABLE2.items():
-            idx = {n: ref.TABLE2_LENGTHS.index(n) for n in shared}
-            cells = [Cell(ref.label(model)), Cell(ref.TABLE2_SOURCE)]
-            cells += [_ratio_cell(float(ms[idx[n]]), float(t_ref[idx[n]])) if n in idx else Cell(MISSING) for n in lengths]
-            cells += [_ratio_cell(float(mb[idx[n]]), float(m_ref[idx[n]])) if n in idx else Cell(MISSING) for n in lengths]
-            table.rows.append(cells)
-            raw = [ref.label(model), ref.TABLE2_SOURCE]
-            for n in lengths:
-                i = idx.get(n)
-                raw += [None] * 5 if i is None else [float(ms[i]), t_ref[i] / ms[i], float(mb[i]), m_ref[i] / mb[i], None]
-            table.csv_rows.append(raw)
     table.notes += [
         f"ms = median time of one {'training step (fwd+bwd+optimiser)' if protocol != 'block' else 'block fwd+bwd'}; "
         "MB = peak memory of the step; (x) = softmax / variant (> 1: faster or smaller than softmax).",
+        "α = exponent of a·N^α fitted by least squares on log-log (time, memory) over the lengths measured; "
+        "95% CI from the slope's t-distribution (n - 2 dof; [—] with two lengths); memory peaks under "
+        f"{MIN_FIT_MB:g} MB are left out of the fit. α ≈ 2: quadratic, ≈ 1: linear; "
+        "fixed costs (weights, activations outside attention) pull α down at short lengths.",
         f"Memory method: {', '.join(methods) or 'unknown'} (see lra/bench.py). Bold = best, underlined = second.",
+        "Published figures were measured on other hardware: they are in their own table, never in this one.",
     ]
-    if protocol == "table2" and not shared:
-        table.notes.append("No length in common with AdaMRA Table 2 (1024/2048/4096): reference rows omitted.")
+    return table
+
+
+def efficiency_reference_table() -> Table:
+    """AdaMRA Table 2 as published (T4 GPU): its own table, since the report never mixes devices."""
+    lengths = list(ref.TABLE2_LENGTHS)
+    header = ["model", "source"] + [f"ms @{n}" for n in lengths] + [f"MB @{n}" for n in lengths]
+    table = Table("efficiency_reference_table2", f"Efficiency, published: {ref.TABLE2_SOURCE}, batch 16, task text", header,
+                  csv_header=["model", "source"] + [f"{k}_{n}" for n in lengths for k in ("ms", "ms_ratio", "mb", "mb_ratio")])
+    t_ref, m_ref = ref.ADAMRA_TABLE2["Transformer"]
+    for model, (ms, mb) in ref.ADAMRA_TABLE2.items():
+        table.rows.append([Cell(ref.label(model)), Cell(ref.TABLE2_SOURCE)]
+                          + [_ratio_cell(float(ms[i]), float(t_ref[i])) for i in range(len(lengths))]
+                          + [_ratio_cell(float(mb[i]), float(m_ref[i])) for i in range(len(lengths))])
+        table.csv_rows.append([ref.label(model), ref.TABLE2_SOURCE]
+                              + [x for i in range(len(lengths)) for x in (float(ms[i]), t_ref[i] / ms[i], float(mb[i]), m_ref[i] / mb[i])])
+    table.notes.append("(x) = Transformer / model, as in the paper's improvement factors. Shown because this report has "
+                       "table2 bench runs; compare ratios, not absolute figures, with them.")
     return table
 
 
@@ -247,50 +197,121 @@ def smat_table(device: str | None, group: dict[str, dict[str, Any]], averages: d
     emphasise([r[-1] for r in own])
     table.rows += own
     table.csv_rows += raw
-    refs = [(ref.label(m), s, mb, acc) for m, (s, mb, acc, _) in ref.ADAMRA_TABLE3.items()]
-    ref_rows, ref_raw = smat_rows(refs, ref.TABLE3_SOURCE)
-    table.rows += ref_rows
-    table.csv_rows += ref_raw
     table.notes += [
-        "SMAT = S_norm + (1 - M_norm) + Acc_norm, min-max normalised (in brackets) within each source; "
+        "SMAT = S_norm + (1 - M_norm) + Acc_norm, min-max normalised (in brackets) over this table's variants; "
         f"speed and memory from the longest length of the smat bench, accuracy = Avg of protocol {protocol}.",
         f"{MISSING}: the variant has no complete accuracy row, so no SMAT. Bold = best, underlined = second.",
     ]
     return table, [p for p in points if p[3] is not None]
 
 
+def smat_reference_table() -> Table:
+    """AdaMRA Table 3 as published (T4 GPU), in its own table: the report never mixes devices."""
+    header = ["model", "source", "Speed (ex/s)", "Peak MB", "LRA avg", "SMAT"]
+    table = Table("smat_reference_table3", f"SMAT (eq. 10), published: {ref.TABLE3_SOURCE}", header,
+                  csv_header=["model", "source", "speed", "s_norm", "peak_mb", "m_norm", "lra_avg", "acc_norm", "smat"])
+    refs = [(ref.label(m), s, mb, acc) for m, (s, mb, acc, _) in ref.ADAMRA_TABLE3.items()]
+    table.rows, table.csv_rows = smat_rows(refs, ref.TABLE3_SOURCE)
+    table.notes.append("Normalised (in brackets) among the published models; recomputed from the printed inputs.")
+    return table
+
+
+def training_points(group: acc_.AccuracyGroup, averages: dict[str, float]) -> tuple[list, str | None]:
+    """Bubble-chart points from the accuracy runs themselves (no smat bench needed): training
+    examples/s (mean over the row's runs) and peak training memory (max), with the row's Avg.
+    Only when every run of the point has both figures and all runs ran on one device."""
+    points, devices = [], set()
+    for attn, avg in sorted(averages.items(), key=lambda kv: _order(kv[0])):
+        runs = [r for per in group.rows.get((attn, ()), {}).values() for r in per.values()]
+        eff = [((r.get("efficiency") or {}).get("throughput") or {}).get("train", {}).get("examples_per_s") for r in runs]
+        mem = [((r.get("efficiency") or {}).get("peak_memory") or {}).get("train_mb") for r in runs]
+        if runs and all(isinstance(v, (int, float)) and v > 0 for v in eff + mem):
+            points.append((attn, sum(eff) / len(eff), max(mem), avg))
+            devices |= {device_label(r) for r in runs}
+    if len(devices) != 1:
+        return [], None
+    return points, (f"this suite: training throughput and peak training memory of the protocol "
+                    f"{group.protocol} runs on {devices.pop()}; accuracy = Avg")
+
+
+def _accuracy_section(records: list[dict[str, Any]], results_dir: str | Path, metric: str,
+                      compare: tuple[str, str] | None) -> tuple[list[Table], dict[str, bytes], list, dict[str, dict[str, float]]]:
+    from lra.plots import curve_plot, length_plot
+
+    preds = acc_.Predictions(results_dir)
+    tables: list[Table] = []
+    plots: dict[str, bytes] = {}
+    groups = acc_.accuracy_groups(records, metric)
+    averages: dict[str, dict[str, float]] = {}
+    for g in groups:
+        comps = acc_.comparisons(g, metric, preds, compare)
+        table, avgs = acc_.accuracy_table(g, metric, preds, comps)
+        tables.append(table)
+        if not g.custom:
+            averages[g.protocol] = avgs
+        sig = acc_.significance_table(g, comps)
+        if sig is not None:
+            tables.append(sig)
+        where = f"{'custom runs of ' if g.custom else ''}protocol {g.protocol}"
+        for task in g.tasks:
+            found = acc_.length_data(g, task, preds)
+            if found is not None:
+                edges, data = found
+                lt = acc_.length_table(g, task, edges, data)
+                tables.append(lt)
+                plots[f"plots/{lt.name}.png"] = length_plot(
+                    acc_.bucket_labels(edges), {acc_.row_text(k): [a for a, _ in b] for k, b in data.items()},
+                    f"{task}: test accuracy by real length, {where}")
+            series = acc_.curves(g, task)
+            if series:
+                plots[f"plots/curves_{'custom_' if g.custom else ''}{slug(g.protocol)}_{slug(task)}.png"] = curve_plot(
+                    series, f"{task}: validation accuracy, {where} (band: min-max over seeds)")
+    return tables, plots, groups, averages
+
+
 # ---------------------------------------------------------------------------------------------
 # Orchestration
 # ---------------------------------------------------------------------------------------------
-def build_report(results_dir: str | Path, metric: str = "test_acc", smat_protocol: str = "xiong2021") -> tuple[str, dict[str, str], dict[str, bytes]]:
-    """report.md text, table files (relative path -> text) and plots (relative path -> PNG bytes)."""
+def build_report(results_dir: str | Path, metric: str = "test_acc", smat_protocol: str = "xiong2021",
+                 compare: tuple[str, str] | list[str] | None = None) -> tuple[str, dict[str, str], dict[str, bytes]]:
+    """report.md text, table files (relative path -> text) and plots (relative path -> PNG bytes).
+    ``compare``: an extra pair of variants to test against each other (``report.compare``)."""
     from lra.plots import bubble_chart, scaling_plot
 
+    if compare is not None and len(compare) != 2:
+        raise ValueError(f"report.compare={list(compare)} must name two variants, e.g. report.compare=[adamra,linear]")
     records, problems = load_records(results_dir)
-    tables: list[Table] = []
-    acc = accuracy_data(records, metric)
-    averages_by_protocol = {}
-    for protocol in sorted(set(acc) | {smat_protocol}):
-        t, avgs = accuracy_table(protocol, acc.get(protocol, {}), metric)
-        tables.append(t)
-        averages_by_protocol[protocol] = avgs
+    tables, plots, acc_groups, averages_by_protocol = _accuracy_section(
+        records, results_dir, metric, tuple(map(str, compare)) if compare else None)
     groups = bench_groups(records)
-    plots: dict[str, bytes] = {}
     for key, group in groups.items():
         if key[0] != "smat":
             tables.append(efficiency_table(key, group))
         lengths = {n for b in group.values() for n in _ok(b)}
         if len(lengths) > 1:
-            series = {a: [(n, r["ms"], r["peak_mb"]) for n, r in sorted(_ok(group[a]).items())] for a in sorted(group, key=_order)}
+            ordered = sorted(group, key=_order)
+            series = {a: [(n, r["ms"], r["peak_mb"]) for n, r in sorted(_ok(group[a]).items())] for a in ordered}
             plots[f"plots/scaling_{slug(key[0])}_{slug(key[1])}.png"] = scaling_plot(
-                series, f"bench {key[0]} on {key[1]} (batch {key[2]}, task {key[3]}): log-log")
-    smat_groups = [(k, g) for k, g in groups.items() if k[0] == "smat"] or [(None, {})]
+                series, f"bench {key[0]} on {key[1]} (batch {key[2]}, task {key[3]}): log-log",
+                fits={a: power_fits(_ok(group[a])) for a in ordered}, min_mb=MIN_FIT_MB)
+    if any(k[0] == "table2" for k in groups):
+        tables.append(efficiency_reference_table())
     runs_points, runs_title = [], "this suite"
+    smat_groups = [(k, g) for k, g in groups.items() if k[0] == "smat"]
     for key, group in smat_groups:  # the bubble chart shows the first device with complete points
-        t, pts = smat_table(key[1] if key else None, group, averages_by_protocol.get(smat_protocol, {}), smat_protocol)
+        t, pts = smat_table(key[1], group, averages_by_protocol.get(smat_protocol, {}), smat_protocol)
         tables.append(t)
         if pts and not runs_points:
             runs_points, runs_title = pts, f"this suite: smat bench on {key[1]}, accuracy {smat_protocol}"
+    if smat_groups:
+        tables.append(smat_reference_table())
+    if not runs_points:  # no smat bench: the accuracy runs' own throughput and memory
+        by_protocol = {g.protocol: g for g in acc_groups if not g.custom}
+        for protocol in sorted(by_protocol, key=lambda p: (p != smat_protocol, p)):
+            pts, title = training_points(by_protocol[protocol], averages_by_protocol.get(protocol, {}))
+            if pts:
+                runs_points, runs_title = pts, title
+                break
     refs = [(m, s, mb, a) for m, (s, mb, a, _) in ref.ADAMRA_TABLE3.items()]
     plots["plots/bubble.png"] = bubble_chart(runs_points, refs, runs_title, ref.TABLE3_SOURCE)
 
@@ -298,11 +319,11 @@ def build_report(results_dir: str | Path, metric: str = "test_acc", smat_protoco
     for t in tables:
         files[f"tables/{t.name}.csv"] = t.csv()
         files[f"tables/{t.name}.tex"] = t.latex()
-    md = _markdown(records, problems, tables, plots, groups)
+    md = _markdown(records, problems, tables, plots, groups, runs_title if runs_points else None)
     return md, files, plots
 
 
-def _markdown(records, problems, tables, plots, groups) -> str:
+def _markdown(records, problems, tables, plots, groups, bubble_runs: str | None) -> str:
     unfinished = sorted((r["run_id"], r["status"], (r.get("error") or "")[:120]) for r in records if r["status"] != "finished")
     out = ["# LRA benchmark report", "",
            f"Built from {len(records)} run record(s) under `runs/`; {len(problems)} malformed file(s) skipped; "
@@ -312,7 +333,8 @@ def _markdown(records, problems, tables, plots, groups) -> str:
     for t in tables:
         out += [f"## {t.title}", "", t.markdown(), ""] + [f"- {n}" for n in t.notes] + ["",
                 f"Files: `tables/{t.name}.csv`, `tables/{t.name}.tex`", ""]
-    out += ["## Plots", ""] + [f"![{Path(p).stem}]({p})" for p in sorted(plots)] + [""]
+    out += ["## Plots", "", f"Bubble chart, left panel: {bubble_runs or 'empty (no variant with both accuracy and efficiency figures)'}.", ""]
+    out += [f"![{Path(p).stem}]({p})" for p in sorted(plots)] + [""]
     if problems:
         out += ["## Skipped records", ""] + [f"- {p}" for p in problems] + [""]
     if unfinished:
@@ -323,7 +345,8 @@ def _markdown(records, problems, tables, plots, groups) -> str:
 
 def _clean(out: Path) -> None:
     """Remove the files a previous report wrote (and nothing else), so stale tables do not linger."""
-    for sub, pattern in (("tables", r"^(accuracy|efficiency|smat)[\w.-]*\.(csv|tex)$"), ("plots", r"^(bubble|scaling)[\w.-]*\.png$")):
+    for sub, pattern in (("tables", r"^(accuracy|significance|length|efficiency|smat)[\w.-]*\.(csv|tex)$"),
+                         ("plots", r"^(bubble|scaling|length|curves)[\w.-]*\.png$")):
         for f in sorted((out / sub).glob("*")) if (out / sub).is_dir() else []:
             if re.match(pattern, f.name):
                 f.unlink()
@@ -332,7 +355,9 @@ def _clean(out: Path) -> None:
 def run_report(cfg: Any) -> dict[str, Any]:
     rc = cfg.report
     out = Path(rc.out_dir)
-    md, files, plots = build_report(rc.results_dir, metric=str(rc.metric), smat_protocol=str(rc.smat_protocol))
+    compare = rc.get("compare")
+    md, files, plots = build_report(rc.results_dir, metric=str(rc.metric), smat_protocol=str(rc.smat_protocol),
+                                    compare=list(compare) if compare else None)
     _clean(out)
     for rel, text in files.items():
         write_text(out / rel, text)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,9 +62,14 @@ class Table:
         return buf.getvalue()
 
 
+def slug(text: str) -> str:
+    """A file-name-safe form of a protocol, device or task name."""
+    return re.sub(r"[^a-z0-9]+", "-", str(text).lower()).strip("-")[:40] or "unknown"
+
+
 _LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
           "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "ö": r"\"{o}", "±": r"$\pm$",
-          "—": "--", "×": r"$\times$"}
+          "—": "--", "×": r"$\times$", "†": r"$^\dagger$", "α": r"$\alpha$", "≥": r"$\geq$", "≈": r"$\approx$"}
 
 
 def latex_escape(text: str) -> str:

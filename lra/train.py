@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.records import NullRecord, RunRecord, is_rank_zero
+from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, write_predictions
 from lra.resume import GracefulStop, check_checkpoint, find_previous, run_key
 from models.module import LRAModule
 from models.network import LRAClassifier
@@ -145,6 +145,7 @@ def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, st
         metrics["best_val_acc"] = _metric(ckpt.best_model_score) if ckpt else None
         metrics["val_acc"] = _metric(trainer.callback_metrics.get("val/acc"))
         metrics["train_steps"] = trainer.global_step
+        record.update(learning_curve=[list(p) for p in module.val_curve])  # before testing loads the best checkpoint
         test_ckpt = "best" if ckpt is not None and ckpt.best_model_path else None
     else:
         test_ckpt = resume_from
@@ -152,7 +153,10 @@ def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, st
     if results:
         metrics["test_acc"] = _metric(results[0].get("test/acc"))
         metrics["test_loss"] = _metric(results[0].get("test/loss"))
-    record.update(metrics=metrics, efficiency=efficiency_fields(trainer), checkpoint_dir=str(ckpt_dir))
+    record.update(metrics=metrics, efficiency=efficiency_fields(trainer), checkpoint_dir=str(ckpt_dir),
+                  overrides=hydra_overrides())
+    if trainer.world_size == 1:  # DDP ranks each hold a shard: per-example predictions are not gathered
+        record.update(predictions=write_predictions(record.path, module.test_predictions()))
     return metrics
 
 

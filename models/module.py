@@ -35,6 +35,7 @@ class LRAModule(pl.LightningModule):
         if lr <= 0:
             raise ValueError(f"optim.lr={lr} must be positive")
         self.network = network
+        self.val_curve: list[tuple[int, float]] = []  # (global step, validation accuracy) per evaluation
         self.save_hyperparameters(ignore=["network"])
         self.metrics = torch.nn.ModuleDict(
             {stage: MulticlassAccuracy(num_classes, average="micro") for stage in ("train_acc", "val_acc", "test_acc")}
@@ -43,7 +44,7 @@ class LRAModule(pl.LightningModule):
     def forward(self, ids: Tensor, mask: Tensor) -> Tensor:
         return self.network(ids, mask)
 
-    def _step(self, batch: dict[str, Tensor], stage: str) -> Tensor:
+    def _step(self, batch: dict[str, Tensor], stage: str) -> tuple[Tensor, Tensor]:
         logits = self(batch["ids"], batch["mask"])
         loss = F.cross_entropy(logits, batch["label"])
         if not torch.isfinite(loss):
@@ -60,16 +61,39 @@ class LRAModule(pl.LightningModule):
         bs = batch["label"].shape[0]
         self.log(f"{stage}/loss", loss, on_step=stage == "train", on_epoch=True, prog_bar=True, batch_size=bs, sync_dist=stage != "train")
         self.log(f"{stage}/acc", acc, on_step=False, on_epoch=True, prog_bar=True, batch_size=bs)
-        return loss
+        return loss, logits
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
-        return self._step(batch, "train")
+        return self._step(batch, "train")[0]
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self._step(batch, "val")
 
+    def on_validation_end(self) -> None:
+        # after Lightning's epoch-end logging, so callback_metrics holds this evaluation's accuracy
+        value = self.trainer.callback_metrics.get("val/acc")
+        if value is not None and not self.trainer.sanity_checking:
+            self.val_curve.append((int(self.global_step), float(value)))
+
+    def on_test_epoch_start(self) -> None:
+        self._test_parts = []
+
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._step(batch, "test")
+        logits = self._step(batch, "test")[1]
+        pred = logits.argmax(-1)
+        self._test_parts.append((pred.cpu(), (pred == batch["label"]).cpu(), batch["label"].cpu(),
+                                 batch["mask"].sum(-1).cpu()))
+
+    def test_predictions(self) -> dict[str, np.ndarray]:
+        """Per test example, in loader order, of this process: predicted class, correct (bool),
+        label and real length (number of real tokens; ``[M, 2]`` for two-document tasks). The
+        report's paired tests and accuracy-by-length read these (saved next to the run record)."""
+        parts = getattr(self, "_test_parts", [])
+        if not parts:
+            return {}
+        pred, correct, label, length = (torch.cat(x).numpy() for x in zip(*parts))
+        return {"pred": pred.astype(np.int16), "correct": correct.astype(bool), "label": label.astype(np.int16),
+                "length": length.astype(np.int32)}
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Lightning does not checkpoint the global RNGs; dropout needs them for an exact resume.
@@ -77,6 +101,7 @@ class LRAModule(pl.LightningModule):
         name, keys, pos, has_gauss, cached = np.random.get_state()
         checkpoint["rng_states"] = {"torch": torch.get_rng_state(), "python": random.getstate(),
                                     "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached]}
+        checkpoint["val_curve"] = [list(p) for p in self.val_curve]  # a resumed run keeps its learning curve
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         states = checkpoint.get("rng_states")
@@ -85,6 +110,8 @@ class LRAModule(pl.LightningModule):
             name, keys, pos, has_gauss, cached = states["numpy"]
             np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
             random.setstate(states["python"])
+        if "val_curve" in checkpoint:
+            self.val_curve = [(int(s), float(v)) for s, v in checkpoint["val_curve"]]
 
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams

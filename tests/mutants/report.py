@@ -1,0 +1,47 @@
+"""Bugs the report's statistics and table rules must not let through."""
+from tests.mutants import Mutant
+
+STATS = "tests/test_report_stats.py"
+REPORT = "tests/test_report.py"
+
+MUTANTS = [
+    Mutant("report-holm-no-running-max", "lra/stats.py",
+           "running = max(running, min(1.0, (m - rank) * pvalues[i]))", "running = min(1.0, (m - rank) * pvalues[i])",
+           "Holm without its monotone step-down: a larger raw p can get a smaller adjusted p",
+           (f"{STATS}::test_holm_by_hand",)),
+    Mutant("report-mcnemar-exact-not-midp", "lra/stats.py",
+           "p = 2 * _st.binom.cdf(k, n, 0.5) - _st.binom.pmf(k, n, 0.5)", "p = 2 * _st.binom.cdf(k, n, 0.5)",
+           "the conservative exact McNemar p where the mid-p is documented",
+           (f"{STATS}::test_mcnemar_midp_matches_binomial_sums",)),
+    Mutant("report-t-interval-normal-quantile", "lra/stats.py",
+           "half = float(_st.t.ppf(0.5 + level / 2, x.size - 1)) * se\n    return mean, mean - half, mean + half",
+           "half = 1.959964 * se\n    return mean, mean - half, mean + half",
+           "a normal quantile for a mean of a few seeds: intervals far too narrow",
+           (f"{STATS}::test_t_interval_matches_scipy",)),
+    Mutant("report-fit-wrong-dof", "lra/stats.py",
+           "half = float(_st.t.ppf(0.5 + level / 2, x.size - 2)) * se", "half = float(_st.t.ppf(0.5 + level / 2, x.size - 1)) * se",
+           "the exponent's interval with n - 1 degrees of freedom (a line has two parameters)",
+           (f"{STATS}::test_power_law_fit_matches_linregress",)),
+    Mutant("report-bucket-edge-side", "lra/stats.py",
+           'np.searchsorted(edges, np.asarray(lengths, dtype=float), side="right")',
+           'np.searchsorted(edges, np.asarray(lengths, dtype=float), side="left")',
+           "examples on a bucket edge counted in the lower bucket",
+           (f"{STATS}::test_length_buckets_at_quartiles",)),
+    Mutant("report-unpaired-seeds", "lra/report_accuracy.py",
+           "    if len(common) >= 2:\n        return stats.paired_t(", "    if len(common) >= 3:\n        return stats.paired_t(",
+           "two seeds each compared on one seed's examples instead of over the seed pairs",
+           (f"{REPORT}::test_intervals_significance_and_length_buckets",)),
+    Mutant("report-mark-raw-p", "lra/report_accuracy.py",
+           "return self.p_holm is not None and self.p_holm < ALPHA",
+           "return self.result is not None and self.result.p < ALPHA",
+           "significance marks from uncorrected p-values",
+           (f"{REPORT}::test_intervals_significance_and_length_buckets",)),
+    Mutant("report-custom-fills-protocol", "lra/protocols.py",
+           "if not is_neutral(str(o))", "if False",
+           "an overridden run (trainer.max_steps=20) fills the protocol's cell",
+           (f"{REPORT}::test_protocols_custom_runs_and_devices_never_mix",)),
+    Mutant("report-references-any-protocol", "lra/reference.py",
+           "return [s for s in ACCURACY_SOURCES if ACCURACY_PROTOCOL[s] == protocol]", "return list(ACCURACY_SOURCES)",
+           "published rows beside runs of another protocol",
+           (f"{REPORT}::test_protocols_custom_runs_and_devices_never_mix",)),
+]

@@ -1,0 +1,93 @@
+"""The report's statistics (lra/stats.py) against independent computations: scipy's whole-test
+functions (ttest_1samp, ttest_rel, linregress), binomial sums written out by hand, Holm by hand."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as st
+
+from lra import stats
+
+
+def test_t_interval_matches_scipy():
+    x = [31.0, 35.5, 29.25, 40.0]
+    mean, lo, hi = stats.t_interval(x)
+    ci = st.ttest_1samp(x, 0.0).confidence_interval(0.95)
+    assert (mean, lo, hi) == pytest.approx((np.mean(x), ci.low, ci.high), rel=1e-12)
+    with pytest.raises(ValueError, match="at least two"):
+        stats.t_interval([1.0])
+
+
+def test_bootstrap_interval_close_to_normal_approximation():
+    correct = np.zeros(1000, dtype=bool)
+    correct[:700] = True
+    acc, lo, hi = stats.bootstrap_interval(correct)
+    half = 1.959964 * math.sqrt(0.7 * 0.3 / 1000)  # Wald, what the bootstrap approximates at this n
+    assert acc == 0.7 and lo == pytest.approx(0.7 - half, abs=0.006) and hi == pytest.approx(0.7 + half, abs=0.006)
+    assert stats.bootstrap_interval(correct) == (acc, lo, hi)  # fixed generator: same report
+
+
+def _midp_by_hand(b: int, c: int) -> float:
+    n, k = b + c, min(b, c)
+    below = sum(math.comb(n, i) for i in range(k)) / 2 ** n
+    return min(1.0, 2 * below + math.comb(n, k) / 2 ** n)
+
+
+@pytest.mark.parametrize("b,c", [(10, 3), (3, 10), (0, 6), (7, 7), (25, 12), (0, 0)])
+def test_mcnemar_midp_matches_binomial_sums(b, c):
+    assert stats.mcnemar_midp(b, c) == pytest.approx(_midp_by_hand(b, c) if b + c else 1.0, rel=1e-12)
+
+
+def test_paired_examples_counts_discordant_pairs_only():
+    rng = np.random.default_rng(3)
+    v, base = rng.random(300) < 0.6, rng.random(300) < 0.5
+    r = stats.paired_examples(v, base)
+    b, c = int((v & ~base).sum()), int((~v & base).sum())
+    assert r.p == pytest.approx(_midp_by_hand(b, c), rel=1e-12) and r.n == 300
+    assert r.diff == pytest.approx(v.mean() - base.mean()) and r.low < r.diff < r.high
+    se = math.sqrt(np.var(v.astype(float) - base, ddof=1) / 300)  # the bootstrap interval ~ diff +- 1.96 se
+    assert r.high - r.low == pytest.approx(2 * 1.96 * se, rel=0.15)
+    with pytest.raises(ValueError, match="equally many"):
+        stats.paired_examples(v, base[:10])
+
+
+def test_paired_t_matches_scipy_ttest_rel():
+    a, b = [40.0, 42.5, 39.0, 45.0], [37.0, 41.0, 36.5, 40.0]
+    r = stats.paired_t(a, b)
+    ref = st.ttest_rel(a, b)
+    ci = ref.confidence_interval(0.95)
+    assert r.p == pytest.approx(ref.pvalue, rel=1e-10) and (r.low, r.high) == pytest.approx((ci.low, ci.high), rel=1e-10)
+    assert r.diff == pytest.approx(np.mean(np.subtract(a, b))) and r.n == 4
+
+
+def test_holm_by_hand():
+    # sorted: 0.01*4 = 0.04, 0.03*3 = 0.09, 0.04*2 = 0.08 -> running max 0.09, 0.5*1 = 0.5
+    assert stats.holm([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert stats.holm([0.6, 0.7]) == [1.0, 1.0]  # capped
+    assert stats.holm([]) == []
+
+
+def test_power_law_fit_matches_linregress():
+    n = np.array([256, 512, 1024, 2048])
+    y = 0.003 * n ** 1.7 * np.array([1.05, 0.97, 1.02, 0.99])
+    fit = stats.fit_power_law(n, y)
+    ref = st.linregress(np.log(n), np.log(y))
+    half = st.t.ppf(0.975, 2) * ref.stderr
+    assert fit.alpha == pytest.approx(ref.slope, rel=1e-12) and fit.a == pytest.approx(math.exp(ref.intercept), rel=1e-10)
+    assert (fit.low, fit.high) == pytest.approx((ref.slope - half, ref.slope + half), rel=1e-10)
+    two = stats.fit_power_law([1000, 4000], [10.0, 160.0])
+    assert two.alpha == pytest.approx(2.0) and two.low is None
+    with pytest.raises(ValueError, match="two different lengths"):
+        stats.fit_power_law([512, 512], [1.0, 2.0])
+
+
+def test_length_buckets_at_quartiles():
+    lengths = np.arange(1, 101)  # quartiles 1, 25.75, 50.5, 75.25, 100 -> rounded 1, 26, 50, 75, 100
+    edges = stats.length_buckets(lengths)
+    assert edges.tolist() == [1, 26, 50, 75, 100]
+    b = stats.bucket_of(lengths, edges)
+    assert np.bincount(b).tolist() == [25, 24, 25, 26]  # [1,26) [26,50) [50,75) [75,100]
+    assert stats.bucket_of(np.array([100, 25, 26]), edges).tolist() == [3, 0, 1]
+    assert stats.length_buckets(np.full(10, 7)).tolist() == [7, 7]  # one length: one bucket
