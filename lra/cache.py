@@ -18,6 +18,7 @@ import numpy as np
 from filelock import FileLock
 
 from lra.atomic import write_json
+from lra.badinput import NotWritableError
 
 MARKER = "COMPLETE"
 
@@ -37,7 +38,7 @@ def ensure_writable(directory: Path, what: str = "data dir") -> Path:
         probe.unlink()
     except OSError as e:
         env = "LRA_DATA_DIR" if what == "data dir" else "LRA_RESULTS_DIR"
-        raise PermissionError(
+        raise NotWritableError(
             f"{what} {directory} cannot be created or written ({e.strerror}); "
             f"point {env} (or the data_dir/results_dir setting) at a writable directory"
         ) from e

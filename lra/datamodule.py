@@ -15,6 +15,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from lra.badinput import ConfigError
 from lra.cache import build_once, ensure_writable, load_split, settings_key
 from lra.sampling import StepStreamSampler
 
@@ -57,9 +58,9 @@ class CachedDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         if max_len <= 0:
-            raise ValueError(f"task.max_len={max_len} must be positive")
+            raise ConfigError(f"task.max_len={max_len} must be positive (the task's sequence length in tokens)")
         if batch_size <= 0:
-            raise ValueError(f"task.batch_size={batch_size} must be positive (e.g. task.batch_size=32)")
+            raise ConfigError(f"task.batch_size={batch_size} must be positive (e.g. task.batch_size=32)")
         self.data_dir = Path(data_dir).expanduser()
         self.max_len = max_len
         self.batch_size = batch_size
@@ -74,6 +75,13 @@ class CachedDataModule(pl.LightningDataModule):
 
     def build(self, directory: Path) -> None:
         raise NotImplementedError
+
+    def check_sources(self) -> None:
+        """Raise :class:`lra.badinput.DataMissingError` when external data the cache needs is absent.
+
+        ``run.py`` calls it before any work when the cache is not built yet; not at construction (so
+        configs instantiate on machines without the data) and not in ``prepare_data`` (so mocked
+        sources work). Generated data needs nothing."""
 
     # -- shared machinery -----------------------------------------------------------------
     @property

@@ -34,7 +34,7 @@ import numpy as np
 from filelock import FileLock
 from PIL import Image
 
-from lra.badinput import BadInput
+from lra.badinput import BadInput, BadInputError, ConfigError, DataMissingError
 from lra.cache import MARKER, is_complete, save_split, settings_key
 from lra.datamodule import CachedDataModule
 from lra.pathfinder_gen import DIFFICULTIES, RESOLUTIONS, generate_release, lra_params
@@ -106,7 +106,7 @@ def read_release(root: Path, resolution: int, bad: BadInput | None = None, worke
     root = Path(root)
     metas = sorted((root / "metadata").glob("*.npy"), key=_folder_order)
     if not metas:
-        raise FileNotFoundError(f"no metadata/*.npy under {root}")
+        raise DataMissingError(f"no metadata/*.npy under {root}: point task.datamodule.official_dir at the release's pathfinder<res> folder")
     bad = bad or BadInput(f"pathfinder {root}")
     jobs = [(str(root), str(m), resolution) for m in metas]
     workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
@@ -130,7 +130,7 @@ def read_release(root: Path, resolution: int, bad: BadInput | None = None, worke
         log(f"[pathfinder] read {len(labels)} of {total} images from {root} in {time.perf_counter() - start:.1f}s "
             f"({empty} empty PNGs skipped, {bad.count} unreadable skipped; {labels.mean() if len(labels) else 0:.1%} positive)")
     if len(labels) == 0:
-        raise ValueError(f"no readable Pathfinder image under {root}")
+        raise BadInputError(f"no readable Pathfinder image under {root}: check the release files (or use task.datamodule.source=generate)")
     return pixels, labels
 
 
@@ -164,14 +164,14 @@ class PathfinderDataModule(CachedDataModule):
         super().__init__(data_dir, max_len, batch_size, **kwargs)
         resolution = int(resolution)
         if resolution not in RESOLUTIONS:
-            raise ValueError(f"task.resolution={resolution} not supported; valid: {', '.join(map(str, RESOLUTIONS))}")
+            raise ConfigError(f"task.resolution={resolution} not supported; valid: {', '.join(map(str, RESOLUTIONS))}")
         if difficulty not in DIFFICULTIES:
-            raise ValueError(f"task.difficulty={difficulty!r}; valid: {', '.join(DIFFICULTIES)}")
+            raise ConfigError(f"task.difficulty={difficulty!r}; valid: {', '.join(DIFFICULTIES)}")
         if max_len != resolution * resolution:
-            raise ValueError(f"task.max_len={max_len} must equal resolution^2 = {resolution * resolution} "
+            raise ConfigError(f"task.max_len={max_len} must equal resolution^2 = {resolution * resolution} "
                              f"(pathfinder images are read whole, one token per pixel)")
         if source not in ("generate", "official"):
-            raise ValueError(f"unknown task.datamodule.source={source!r}; valid: generate, official")
+            raise ConfigError(f"unknown task.datamodule.source={source!r}; valid: generate, official")
         BadInput("pathfinder", on_error, max_bad_fraction)  # validates the policy early
         self.resolution, self.difficulty, self.source = resolution, difficulty, source
         self.folder = DIFFICULTIES[difficulty][0]
@@ -200,11 +200,15 @@ class PathfinderDataModule(CachedDataModule):
     def _check_official(self) -> None:
         folder = self.official_dir / self.folder
         if not (folder / "metadata").is_dir():
-            raise FileNotFoundError(
+            raise DataMissingError(
                 f"Pathfinder release folder missing: {folder / 'metadata'} not found. Download lra_release.gz from "
                 f"the Long Range Arena GitHub release, unpack it, and point task.datamodule.official_dir at its "
                 f"'pathfinder{self.resolution}' folder (it holds {', '.join(f for f, _ in DIFFICULTIES.values())}); "
                 f"or use task.datamodule.source=generate to generate the images here")
+
+    def check_sources(self) -> None:
+        if self.source == "official":
+            self._check_official()
 
     def settings(self) -> dict[str, Any]:
         src = {"official": str(self.official_dir.resolve())} if self.source == "official" else {"generated": self._generated_key()}
