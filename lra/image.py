@@ -69,6 +69,7 @@ def read_cifar_folder(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 class ImageDataModule(CachedDataModule):
     task_name = "image"
+    fixed_length = True
 
     def __init__(
         self,

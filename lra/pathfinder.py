@@ -193,6 +193,7 @@ def split_indices(n: int, seed: int, fractions: tuple[float, float, float] = SPL
 # ----------------------------------------------------------------------------- DataModule
 class PathfinderDataModule(CachedDataModule):
     task_name = "pathfinder"
+    fixed_length = True
 
     def __init__(
         self,

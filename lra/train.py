@@ -154,6 +154,8 @@ def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, st
         metrics["test_acc"] = _metric(results[0].get("test/acc"))
         metrics["test_loss"] = _metric(results[0].get("test/loss"))
     record.update(metrics=metrics, efficiency=efficiency_fields(trainer), checkpoint_dir=str(ckpt_dir))
+    if getattr(datamodule, "truncation", None):  # task.max_len cut training sequences (warned in setup)
+        record.update(truncation=datamodule.truncation)
     return metrics
 
 
