@@ -72,7 +72,8 @@ def summarize(sweep_dir: Path, since: float = 0.0) -> tuple[list[dict[str, Any]]
                          "overrides": []})
     jobs.sort(key=lambda j: (j["num"] is None, j["num"] if j["num"] is not None else 0, j["dir"]))
     failed = [j for j in jobs if j["status"] != "finished"]
-    shared = set.intersection(*(set(j.get("overrides") or []) for j in jobs)) if len(jobs) > 1 else set()
+    listed = [set(j["overrides"]) for j in jobs if j.get("overrides")]
+    shared = set.intersection(*listed) if len(listed) > 1 else set()  # common to every job: not worth repeating
     lines = [f"[sweep] {len(jobs)} jobs: {len(jobs) - len(failed)} finished, {len(failed)} failed ({sweep_dir})"]
     for j in failed:
         first = (j.get("error") or "").splitlines()[0] if j.get("error") else "unknown error"
