@@ -4,11 +4,18 @@
     python run.py -m attention=softmax,linear task=listops,image # a sweep
     python run.py mode=bench attention=adamra                    # efficiency harness
     python run.py mode=report                                    # tables + plots from results/
+
+A mistake the user can fix (:class:`lra.badinput.UserError`: unknown name, invalid value, missing or
+corrupt data, bad checkpoint, unwritable folder) is found before any work where it can be
+(:mod:`lra.validate`) and printed alone, as one paragraph, with exit status 2; ``HYDRA_FULL_ERROR=1``
+shows its traceback. Any other exception is a bug and keeps its traceback.
 """
 from __future__ import annotations
 
 import logging
 import os
+import sys
+from pathlib import Path
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -17,13 +24,16 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from lra.badinput import EXIT_USER_ERROR, ConfigError, UserError
+from lra.validate import MODES, check_build, check_config, check_overrides, full_error_wanted
+
 log = logging.getLogger("run")
-MODES = ("train", "test", "bench", "report")
+CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def dispatch(cfg: DictConfig):
     if cfg.mode not in MODES:
-        raise ValueError(f"unknown mode={cfg.mode!r}; valid modes: {', '.join(MODES)}")
+        raise ConfigError(f"unknown mode={cfg.mode!r}; valid modes: {', '.join(MODES)}")
     if cfg.mode in ("train", "test"):
         from lra.train import run
 
@@ -37,23 +47,62 @@ def dispatch(cfg: DictConfig):
     return run_report(cfg)
 
 
+def report_user_error(error: UserError) -> None:
+    """One paragraph on stderr, then exit; or the traceback under ``HYDRA_FULL_ERROR=1``."""
+    if full_error_wanted():
+        raise error
+    print(f"error: {error}", file=sys.stderr, flush=True)
+    raise SystemExit(EXIT_USER_ERROR)
+
+
+def checked_dispatch(cfg: DictConfig):
+    """Validate everything that can be validated without the data, then run."""
+    check_config(cfg)
+    if cfg.mode in ("train", "test"):
+        check_build(cfg)
+    return dispatch(cfg)
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> float | None:
     """Returns the best validation accuracy of a training run: the objective of sweepers (Optuna)."""
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        result = dispatch(cfg)
-    except Exception:
-        # In a sweep one failing job must not stop the others: its record says "failed".
-        if HydraConfig.get().mode == RunMode.MULTIRUN:
-            log.exception("job %s failed; the sweep goes on", HydraConfig.get().job.num)
-            # the worst accuracy, so an Optuna study records the trial instead of aborting on NaN
-            return float("-inf") if cfg.mode == "train" else None
-        raise
+        result = checked_dispatch(cfg)
+    except Exception as e:
+        if not multirun:
+            if isinstance(e, UserError):
+                report_user_error(e)
+            raise
+        # In a sweep one failing job must not stop the others: its record and job_status say "failed".
+        from lra.hydra_callbacks import record_job_outcome
+
+        num = HydraConfig.get().job.num
+        if isinstance(e, UserError):
+            log.error("job %s failed: %s", num, e)
+        else:
+            log.exception("job %s failed; the sweep goes on", num)
+        record_job_outcome("failed", str(e) if isinstance(e, UserError) else f"{type(e).__name__}: {e}")
+        # the worst accuracy, so an Optuna study records the trial instead of aborting on NaN
+        return float("-inf") if cfg.get("mode") == "train" else None
+    if multirun:
+        from lra.hydra_callbacks import record_job_outcome
+
+        record_job_outcome("finished")
     if cfg.mode == "train" and isinstance(result, dict):
         best = result.get("best_val_acc")
         return float("-inf") if best is None else float(best)
     return None
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> None:
+    """``python run.py ARGS``: check the command line's names, then hand over to Hydra."""
+    try:
+        check_overrides(sys.argv[1:] if argv is None else argv, CONF_DIR)
+    except UserError as e:
+        report_user_error(e)
     main()
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,4 +1,12 @@
-"""Corrupt-record policy shared by the readers of external data (AAN TSVs, Pathfinder PNGs, IMDb files).
+"""Expected user errors, and the corrupt-record policy shared by the readers of external data
+(AAN TSVs, Pathfinder PNGs, IMDb files).
+
+:class:`UserError` is the one type of every mistake a user can fix (an unknown name, an invalid
+value, missing or corrupt data, a checkpoint that does not fit, an unwritable folder): ``run.py``
+prints its message alone, as one paragraph, and exits with :data:`EXIT_USER_ERROR`
+(``HYDRA_FULL_ERROR=1`` shows the traceback); any other exception is a bug and keeps its traceback.
+The subclasses also derive from the builtin type a caller would expect (``ValueError``,
+``FileNotFoundError``, ``PermissionError``), so ``except ValueError`` keeps working.
 
 Each bad record is reported with where it is (``file:line`` or file name) and why. ``on_error="skip"``
 (the default) drops it and counts it; the read fails once more than ``max_fraction`` of the records
@@ -12,17 +20,36 @@ from typing import Callable
 POLICIES = ("skip", "fatal")
 
 
-class BadInputError(ValueError):
-    pass
+EXIT_USER_ERROR = 2
+
+
+class UserError(Exception):
+    """A mistake the user can fix; the message names the problem and the fix."""
+
+
+class ConfigError(UserError, ValueError):
+    """An unknown name or an invalid value in the configuration."""
+
+
+class DataMissingError(UserError, FileNotFoundError):
+    """External data, a checkpoint or another input file that is not where the configuration says."""
+
+
+class NotWritableError(UserError, PermissionError):
+    """A folder the run must write to cannot be created or written."""
+
+
+class BadInputError(UserError, ValueError):
+    """Corrupt data: bad records, unreadable files, a checkpoint that does not fit the model."""
 
 
 class BadInput:
     def __init__(self, what: str, on_error: str = "skip", max_fraction: float = 0.01, show: int = 5,
                  log: Callable[[str], None] | None = print) -> None:
         if on_error not in POLICIES:
-            raise ValueError(f"unknown on_error={on_error!r}; valid: {', '.join(POLICIES)}")
+            raise ConfigError(f"unknown on_error={on_error!r}; valid: {', '.join(POLICIES)}")
         if not 0.0 <= max_fraction <= 1.0:
-            raise ValueError(f"max_bad_fraction={max_fraction} must lie in [0, 1]")
+            raise ConfigError(f"max_bad_fraction={max_fraction} must lie in [0, 1]")
         self.what, self.on_error, self.max_fraction, self.show, self.log = what, on_error, max_fraction, show, log
         self.records: list[str] = []
 

@@ -18,8 +18,11 @@ import numpy as np
 from filelock import FileLock
 
 from lra.atomic import write_json
+from lra.badinput import NotWritableError
 
 MARKER = "COMPLETE"
+WHERE_SET = {"data dir": "LRA_DATA_DIR (or paths.data_dir)", "results dir": "LRA_RESULTS_DIR (or paths.results_dir)",
+             "checkpoint dir": "LRA_CHECKPOINT_DIR (or paths.checkpoint_dir)", "report out dir": "report.out_dir"}
 
 
 def settings_key(settings: dict[str, Any]) -> str:
@@ -36,10 +39,10 @@ def ensure_writable(directory: Path, what: str = "data dir") -> Path:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as e:
-        env = "LRA_DATA_DIR" if what == "data dir" else "LRA_RESULTS_DIR"
-        raise PermissionError(
+        setting = WHERE_SET.get(what, "the setting that names it")
+        raise NotWritableError(
             f"{what} {directory} cannot be created or written ({e.strerror}); "
-            f"point {env} (or the data_dir/results_dir setting) at a writable directory"
+            f"point {setting} at a writable directory"
         ) from e
     return directory
 

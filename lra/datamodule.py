@@ -7,6 +7,7 @@ and ``label [B]``; a two-document task stores ``[M, 2, N]`` ids and gets ``[B, 2
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +16,12 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from lra.badinput import ConfigError
 from lra.cache import build_once, ensure_writable, load_split, settings_key
 from lra.sampling import StepStreamSampler
 
 SPLITS = ("train", "val", "test")
+log = logging.getLogger(__name__)
 
 
 class ArrayDataset(Dataset):
@@ -45,6 +48,7 @@ class ArrayDataset(Dataset):
 
 class CachedDataModule(pl.LightningDataModule):
     task_name: str = "task"
+    fixed_length: bool = False  # True: every example is exactly max_len long (images), nothing is cut
 
     def __init__(
         self,
@@ -57,9 +61,9 @@ class CachedDataModule(pl.LightningDataModule):
     ) -> None:
         super().__init__()
         if max_len <= 0:
-            raise ValueError(f"task.max_len={max_len} must be positive")
+            raise ConfigError(f"task.max_len={max_len} must be positive (the task's sequence length in tokens)")
         if batch_size <= 0:
-            raise ValueError(f"task.batch_size={batch_size} must be positive (e.g. task.batch_size=32)")
+            raise ConfigError(f"task.batch_size={batch_size} must be positive (e.g. task.batch_size=32)")
         self.data_dir = Path(data_dir).expanduser()
         self.max_len = max_len
         self.batch_size = batch_size
@@ -67,6 +71,7 @@ class CachedDataModule(pl.LightningDataModule):
         self.num_workers = num_workers
         self.seed = seed
         self.datasets: dict[str, ArrayDataset] = {}
+        self.truncation: dict[str, Any] | None = None
 
     # -- what a task provides -------------------------------------------------------------
     def settings(self) -> dict[str, Any]:
@@ -74,6 +79,13 @@ class CachedDataModule(pl.LightningDataModule):
 
     def build(self, directory: Path) -> None:
         raise NotImplementedError
+
+    def check_sources(self) -> None:
+        """Raise :class:`lra.badinput.DataMissingError` when external data the cache needs is absent.
+
+        ``run.py`` calls it before any work when the cache is not built yet; not at construction (so
+        configs instantiate on machines without the data) and not in ``prepare_data`` (so mocked
+        sources work). Generated data needs nothing."""
 
     # -- shared machinery -----------------------------------------------------------------
     @property
@@ -90,6 +102,22 @@ class CachedDataModule(pl.LightningDataModule):
             return
         for split in SPLITS:
             self.datasets[split] = ArrayDataset(*load_split(self.cache_dir, split), max_len=self.max_len)
+        self.truncation = self._truncation()
+
+    def _truncation(self) -> dict[str, Any] | None:
+        """How many training sequences ``max_len`` cuts (stored lengths are capped at ``max_len``, so a
+        sequence that fills it is counted as cut); warned about, and kept for the run record."""
+        if self.fixed_length:
+            return None
+        lengths = np.asarray(self.datasets["train"].lengths)
+        cut, total = int((lengths >= self.max_len).sum()), int(lengths.size)
+        if cut == 0:
+            return None
+        info = {"max_len": self.max_len, "train_sequences_cut": cut, "train_sequences": total}
+        log.warning("task.max_len=%d cuts %d of %d %s training sequences (%.1f%%): they are longer and lose "
+                    "their end; raise task.max_len to keep them whole", self.max_len, cut, total, self.task_name,
+                    100.0 * cut / max(total, 1))
+        return info
 
     def _loader(self, split: str, sampler: StepStreamSampler | None = None) -> DataLoader:
         # Every loader owns its generator: creating one never draws from the global RNG, so a

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from lra import tfds_source
+from lra.badinput import BadInputError, ConfigError, DataMissingError
 from lra.cache import save_split
 from lra.datamodule import CachedDataModule
 
@@ -49,16 +50,16 @@ def read_cifar_folder(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     for name in TRAIN_FILES if split == "train" else TEST_FILES:
         path = Path(root) / name
         if not path.exists():
-            raise FileNotFoundError(f"CIFAR-10 file missing: {path} (expected the unpacked cifar-10-python.tar.gz)")
+            raise DataMissingError(f"CIFAR-10 file missing: {path} (expected the unpacked cifar-10-python.tar.gz)")
         try:
             with open(path, "rb") as f:
                 batch = pickle.load(f, encoding="bytes")
             data = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
             lab = np.asarray(batch[b"labels"], dtype=np.int64)
         except Exception as e:
-            raise ValueError(f"CIFAR-10 file {path} is unreadable ({type(e).__name__}: {e}); re-download cifar-10-python.tar.gz") from e
+            raise BadInputError(f"CIFAR-10 file {path} is unreadable ({type(e).__name__}: {e}); re-download cifar-10-python.tar.gz") from e
         if len(data) != len(lab):
-            raise ValueError(f"CIFAR-10 file {path}: {len(data)} images but {len(lab)} labels")
+            raise BadInputError(f"CIFAR-10 file {path}: {len(data)} images but {len(lab)} labels")
         images.append(data)
         labels.append(lab)
     images_a, labels_a = np.concatenate(images), np.concatenate(labels)
@@ -68,6 +69,7 @@ def read_cifar_folder(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
 
 class ImageDataModule(CachedDataModule):
     task_name = "image"
+    fixed_length = True
 
     def __init__(
         self,
@@ -82,17 +84,17 @@ class ImageDataModule(CachedDataModule):
     ) -> None:
         super().__init__(data_dir, max_len, batch_size, **kwargs)
         if max_len != SEQ_LEN:
-            raise ValueError(f"task.max_len={max_len} must be {SEQ_LEN} for image (32x32 pixels, one token each)")
+            raise ConfigError(f"task.max_len={max_len} must be {SEQ_LEN} for image (32x32 pixels, one token each)")
         if source not in SOURCES:
-            raise ValueError(f"unknown task.datamodule.source={source!r}; valid: {', '.join(SOURCES)}")
+            raise ConfigError(f"unknown task.datamodule.source={source!r}; valid: {', '.join(SOURCES)}")
         if not 0.0 < train_fraction < 1.0:
-            raise ValueError(f"task.datamodule.train_fraction={train_fraction} must lie in (0, 1)")
+            raise ConfigError(f"task.datamodule.train_fraction={train_fraction} must lie in (0, 1)")
         self.tfds_dir = Path(tfds_data_dir).expanduser() if tfds_data_dir else tfds_source.default_tfds_dir()
         self.cifar_dir = Path(cifar_dir).expanduser() if cifar_dir else self.data_dir / "cifar-10-batches-py"
         exists = (self.cifar_dir / TRAIN_FILES[0]).exists()
         self.source = ("folder" if exists else "tfds") if source == "auto" else source
         if self.source == "folder" and not exists:
-            raise FileNotFoundError(self._missing_folder())
+            raise DataMissingError(self._missing_folder())
         self.train_fraction = float(train_fraction)
 
     def _missing_folder(self) -> str:
@@ -105,12 +107,18 @@ class ImageDataModule(CachedDataModule):
         where = str(self.cifar_dir.resolve()) if self.source == "folder" else str(self.tfds_dir.resolve())
         return {"format": 1, "source": self.source, "path": where, "train_fraction": self.train_fraction}
 
+    def _alternative(self) -> str:
+        return (f"\nAlternatively unpack cifar-10-python.tar.gz (https://www.cs.toronto.edu/~kriz/cifar.html) so that "
+                f"{self.cifar_dir}/data_batch_1 exists.")
+
+    def check_sources(self) -> None:
+        if self.source == "tfds":
+            tfds_source.require("cifar10", self.tfds_dir, self._alternative())
+
     def _read(self, split: str) -> tuple[np.ndarray, np.ndarray]:
         if self.source == "folder":
             return read_cifar_folder(self.cifar_dir, split)
-        alt = (f"\nAlternatively unpack cifar-10-python.tar.gz (https://www.cs.toronto.edu/~kriz/cifar.html) so that "
-               f"{self.cifar_dir}/data_batch_1 exists.")
-        ds = tfds_source.load("cifar10", split, self.tfds_dir, alternative=alt)
+        ds = tfds_source.load("cifar10", split, self.tfds_dir, alternative=self._alternative())
         images, labels = [], []
         for ex in tfds_source.records(ds):
             images.append(np.asarray(ex["image"], dtype=np.uint8))
@@ -122,7 +130,7 @@ class ImageDataModule(CachedDataModule):
         test_images, test_labels = self._read("test")
         for name, imgs in (("train", train_images), ("test", test_images)):
             if imgs.ndim != 4 or imgs.shape[1:] != (32, 32, 3):
-                raise ValueError(f"CIFAR-10 {name} images have shape {imgs.shape[1:]}, expected (32, 32, 3)")
+                raise BadInputError(f"CIFAR-10 {name} images have shape {imgs.shape[1:]}, expected (32, 32, 3)")
         cut = int(round(self.train_fraction * len(train_labels)))  # tfds: train[:90%] of 50k = 45k
         parts = {"train": (train_images[:cut], train_labels[:cut]), "val": (train_images[cut:], train_labels[cut:]),
                  "test": (test_images, test_labels)}

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from lra.atomic import write_text
+from lra.badinput import BadInputError, ConfigError, DataMissingError
 from lra.cache import build_once, save_split, settings_key
 from lra.datamodule import CachedDataModule
 
@@ -189,12 +190,12 @@ def read_tsv(path: Path) -> Iterator[tuple[str, int]]:
         reader = csv.reader(f, delimiter="\t")
         header = next(reader, None)
         if header is None or [h.strip() for h in header[:2]] != ["Source", "Target"]:
-            raise ValueError(f"{path}: expected the header 'Source<TAB>Target', got {header!r}")
+            raise BadInputError(f"{path}: expected the header 'Source<TAB>Target', got {header!r}")
         for row in reader:
             if not row or (len(row) == 1 and not row[0].strip()):
                 continue
             if len(row) != 2 or not row[1].strip().lstrip("-").isdigit():
-                raise ValueError(f"{path}:{reader.line_num}: malformed row {row!r} (expected 'Source<TAB>Target' with an integer target)")
+                raise BadInputError(f"{path}:{reader.line_num}: malformed row {row!r} (expected 'Source<TAB>Target' with an integer target)")
             yield row[0].strip(), int(row[1].strip())
 
 
@@ -207,7 +208,7 @@ def tokenize(source: str, mode: str = "lra") -> list[str]:
     elif mode == "paper":
         text = text.replace("]", " ").replace("[", "")
     else:
-        raise ValueError(f"unknown task.tokenization={mode!r}; valid: lra, paper")
+        raise ConfigError(f"unknown task.tokenization={mode!r}; valid: lra, paper")
     return text.split()
 
 
@@ -238,7 +239,7 @@ class ListOpsDataModule(CachedDataModule):
     ) -> None:
         super().__init__(data_dir, max_len, batch_size, **kwargs)
         if source not in ("generate", "official"):
-            raise ValueError(f"unknown task.source={source!r}; valid: generate, official")
+            raise ConfigError(f"unknown task.datamodule.source={source!r}; valid: generate, official")
         tokenize("", tokenization)  # validates the mode early
         self.source = source
         self.tokenization = tokenization
@@ -248,7 +249,7 @@ class ListOpsDataModule(CachedDataModule):
         gen.update(dict(generator or {}))
         for key in ("n_train", "n_val", "n_test"):
             if int(gen[key]) <= 0:
-                raise ValueError(f"task.generator.{key}={gen[key]} must be positive")
+                raise ConfigError(f"task.datamodule.generator.{key}={gen[key]} must be positive")
         self.gen = gen
 
     def tsv_dir(self) -> Path:
@@ -272,18 +273,24 @@ class ListOpsDataModule(CachedDataModule):
             write_tsv(directory / OFFICIAL_FILES[split], part)
         print(f"[listops] generated {total} expressions in {time.perf_counter() - start:.1f}s -> {self.tsv_dir()}")
 
+    def check_sources(self) -> None:
+        if self.source == "generate":
+            return
+        tsv_dir = self.tsv_dir()
+        missing = [f for f in OFFICIAL_FILES.values() if not (tsv_dir / f).exists()]
+        if missing:
+            raise DataMissingError(
+                f"ListOps official files missing in {tsv_dir}: {', '.join(missing)}. Download "
+                "lra_release.gz from the Long Range Arena GitHub release, unpack it and point "
+                "task.datamodule.official_dir at its 'listops-1000' folder (or use task.datamodule.source=generate)"
+            )
+
     def build(self, directory: Path) -> None:
         tsv_dir = self.tsv_dir()
         if self.source == "generate":
             build_once(tsv_dir, self._generate_tsvs, self.gen)
         else:
-            missing = [f for f in OFFICIAL_FILES.values() if not (tsv_dir / f).exists()]
-            if missing:
-                raise FileNotFoundError(
-                    f"ListOps official files missing in {tsv_dir}: {', '.join(missing)}. Download "
-                    "lra_release.gz from the Long Range Arena GitHub release, unpack it and point "
-                    "task.datamodule.official_dir at its 'listops-1000' folder (or use task.datamodule.source=generate)"
-                )
+            self.check_sources()
         for split, name in OFFICIAL_FILES.items():
             rows = list(read_tsv(tsv_dir / name))
             ids, lengths = encode([s for s, _ in rows], self.max_len, self.tokenization)

@@ -10,6 +10,10 @@ def push(out_dir: str | Path, files: list[str], project: str, name: str = "repor
     """Log every CSV table as a ``wandb.Table`` and every PNG as an image; returns the run's directory.
 
     Runs offline when ``WANDB_MODE=offline`` (sync later with ``wandb sync``); the run is always finished.
+    Returns only once the run is on disk: since wandb 0.2x ``run.finish()`` hands the last records to
+    the wandb-core service and returns before the offline ``run-*.wandb`` log is flushed (measured with
+    0.31.0: right after ``finish()`` the file often held only its 7-byte header, so the tables and
+    plots were missing), so the service is shut down too (``wandb.teardown``, where it exists).
     """
     import wandb
 
@@ -32,3 +36,6 @@ def push(out_dir: str | Path, files: list[str], project: str, name: str = "repor
         return str(run.dir)
     finally:
         run.finish()
+        teardown = getattr(wandb, "teardown", None)  # older wandb flushes in finish() already
+        if teardown is not None:
+            teardown()

@@ -17,6 +17,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lra.badinput import BadInputError, DataMissingError
 from lra.records import load_records
 
 VOLATILE = ("paths", "resume", "checkpointing", "hydra", "ckpt_path")
@@ -47,12 +48,12 @@ def check_checkpoint(module: pl.LightningModule, path: str | Path) -> None:
     """Fail clearly when a checkpoint does not fit the configured model."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"checkpoint {path} does not exist; pass an existing .ckpt file")
+        raise DataMissingError(f"checkpoint {path} does not exist; pass an existing .ckpt file")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
         state = ckpt["state_dict"]
     except Exception as e:  # noqa: BLE001 - any unreadable file gets the same advice
-        raise ValueError(f"checkpoint {path} is not a readable Lightning checkpoint ({e}); pass a .ckpt written by this suite") from e
+        raise BadInputError(f"checkpoint {path} is not a readable Lightning checkpoint ({e}); pass a .ckpt written by this suite") from e
     expected = {k: tuple(v.shape) for k, v in module.state_dict().items() if not k.endswith("_extra_state")}
     found = {k: tuple(v.shape) for k, v in state.items() if hasattr(v, "shape") and not k.endswith("_extra_state")}
     missing = sorted(set(expected) - set(found))
@@ -63,7 +64,7 @@ def check_checkpoint(module: pl.LightningModule, path: str | Path) -> None:
             f"{what}: {', '.join(keys[:4])}{' ...' if len(keys) > 4 else ''}"
             for what, keys in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", shapes)) if keys
         )
-        raise ValueError(
+        raise BadInputError(
             f"checkpoint {path} does not match the configured model ({detail}); resume with the same "
             "attention/model/task settings the checkpoint was trained with, or start a new run with resume=false"
         )

@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from lra import bytes as byte_tok
-from lra.badinput import BadInput
+from lra.badinput import BadInput, BadInputError, DataMissingError
 from lra.cache import save_split
 from lra.datamodule import CachedDataModule
 
@@ -81,12 +81,12 @@ class RetrievalDataModule(CachedDataModule):
         self.aan_dir = Path(aan_dir).expanduser() if aan_dir else self.data_dir / "lra_release" / "tsv_data"
         self.on_error, self.max_bad_fraction = on_error, float(max_bad_fraction)
 
-    def check_files(self) -> None:
+    def check_sources(self) -> None:
         """Called by ``prepare_data`` (before any training step) when the cache must be built; not at
         construction, so configs compose and instantiate on machines without the data."""
         missing = [f for f in FILES.values() if not (self.aan_dir / f).is_file()]
         if missing:
-            raise FileNotFoundError(
+            raise DataMissingError(
                 f"AAN retrieval files missing in {self.aan_dir}: {', '.join(missing)}. Download lra_release.gz "
                 f"from the Long Range Arena GitHub release (google-research/long-range-arena) on a machine with "
                 f"network access, unpack it and point task.datamodule.aan_dir at its 'tsv_data' folder "
@@ -97,7 +97,7 @@ class RetrievalDataModule(CachedDataModule):
                 "on_error": self.on_error, "max_bad_fraction": self.max_bad_fraction}
 
     def build(self, directory: Path) -> None:
-        self.check_files()
+        self.check_sources()
         for split, name in FILES.items():
             path = self.aan_dir / name
             bad = BadInput(f"AAN {name}", self.on_error, self.max_bad_fraction)
@@ -115,7 +115,7 @@ class RetrievalDataModule(CachedDataModule):
                 m += 1
             bad.finish(m + bad.count)
             if m == 0:
-                raise ValueError(f"{path}: no usable row")
+                raise BadInputError(f"{path}: no usable row (check the file, or point task.datamodule.aan_dir at the release's tsv_data folder)")
             save_split(directory, split, ids[:m], lengths[:m], labels[:m])
             del ids
             scratch.unlink()

@@ -25,7 +25,7 @@ import numpy as np
 
 from lra import bytes as byte_tok
 from lra import tfds_source
-from lra.badinput import BadInput
+from lra.badinput import BadInput, ConfigError, DataMissingError
 from lra.cache import save_split
 from lra.datamodule import CachedDataModule
 
@@ -41,7 +41,7 @@ def read_imdb_folder(root: Path, split: str, bad: BadInput | None = None) -> tup
     for label, name in enumerate(LABELS):
         d = root / split / name
         if not d.is_dir():
-            raise FileNotFoundError(f"IMDb folder incomplete: {d} is missing (expected the unpacked aclImdb_v1.tar.gz)")
+            raise DataMissingError(f"IMDb folder incomplete: {d} is missing (expected the unpacked aclImdb_v1.tar.gz)")
         for f in sorted(d.glob("*.txt")):
             try:
                 text = f.read_bytes().strip()
@@ -77,17 +77,17 @@ class TextDataModule(CachedDataModule):
     ) -> None:
         super().__init__(data_dir, max_len, batch_size, **kwargs)
         if source not in SOURCES:
-            raise ValueError(f"unknown task.datamodule.source={source!r}; valid: {', '.join(SOURCES)}")
+            raise ConfigError(f"unknown task.datamodule.source={source!r}; valid: {', '.join(SOURCES)}")
         if val_split not in VAL_SPLITS:
-            raise ValueError(f"unknown task.datamodule.val_split={val_split!r}; valid: {', '.join(VAL_SPLITS)}")
+            raise ConfigError(f"unknown task.datamodule.val_split={val_split!r}; valid: {', '.join(VAL_SPLITS)}")
         if val_split == "train_holdout" and not 0.0 < holdout_fraction < 1.0:
-            raise ValueError(f"task.datamodule.holdout_fraction={holdout_fraction} must lie in (0, 1)")
+            raise ConfigError(f"task.datamodule.holdout_fraction={holdout_fraction} must lie in (0, 1)")
         BadInput("imdb", on_error, max_bad_fraction)  # validates the policy early
         self.tfds_dir = Path(tfds_data_dir).expanduser() if tfds_data_dir else tfds_source.default_tfds_dir()
         self.imdb_dir = Path(imdb_dir).expanduser() if imdb_dir else self.data_dir / "aclImdb"
         self.source = ("folder" if (self.imdb_dir / "train").is_dir() else "tfds") if source == "auto" else source
         if self.source == "folder" and not (self.imdb_dir / "train").is_dir():
-            raise FileNotFoundError(self._missing_folder())
+            raise DataMissingError(self._missing_folder())
         self.val_split, self.holdout_fraction, self.holdout_seed = val_split, float(holdout_fraction), int(holdout_seed)
         self.on_error, self.max_bad_fraction = on_error, float(max_bad_fraction)
 
@@ -104,12 +104,18 @@ class TextDataModule(CachedDataModule):
             out.update(holdout_fraction=self.holdout_fraction, holdout_seed=self.holdout_seed)
         return out
 
+    def _alternative(self) -> str:
+        return (f"\nAlternatively unpack aclImdb_v1.tar.gz (https://ai.stanford.edu/~amaas/data/sentiment/) so that "
+                f"{self.imdb_dir}/train/pos exists.")
+
+    def check_sources(self) -> None:
+        if self.source == "tfds":
+            tfds_source.require("imdb_reviews", self.tfds_dir, self._alternative())
+
     def _read(self, split: str, bad: BadInput) -> tuple[list[bytes], np.ndarray]:
         if self.source == "folder":
             return read_imdb_folder(self.imdb_dir, split, bad)
-        alt = (f"\nAlternatively unpack aclImdb_v1.tar.gz (https://ai.stanford.edu/~amaas/data/sentiment/) so that "
-               f"{self.imdb_dir}/train/pos exists.")
-        ds = tfds_source.load("imdb_reviews", split, self.tfds_dir, alternative=alt)
+        ds = tfds_source.load("imdb_reviews", split, self.tfds_dir, alternative=self._alternative())
         texts, labels = [], []
         for ex in tfds_source.records(ds):
             texts.append(byte_tok.as_bytes(ex["text"]))

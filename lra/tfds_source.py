@@ -1,7 +1,7 @@
 """Reading prepared tensorflow-datasets data WITHOUT TensorFlow, and tfds's record order.
 
 ``tfds.data_source(name, split=..., download=False)`` reads ``array_record`` files with numpy/PIL
-decoding only. Nothing is downloaded here: a missing dataset raises :class:`FileNotFoundError` with
+decoding only. Nothing is downloaded here: a missing dataset raises :class:`lra.badinput.DataMissingError` with
 the commands to prepare it on a machine that has network access.
 
 tfds stores a split in the order of ``md5(split_name + key)`` (its writer shuffles by the hash of each
@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import numpy as np
+
+from lra.badinput import DataMissingError
 
 
 def default_tfds_dir() -> Path:
@@ -43,9 +45,27 @@ def load(name: str, split: str, tfds_dir: Path, alternative: str = "") -> Sequen
         target = Path(tfds_dir) / name
         reason = (f"{target} does not exist" if not target.exists()
                   else f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        raise FileNotFoundError(
-            f"tensorflow-datasets dataset '{name}' (split '{split}') is not available as array_record under "
-            f"{tfds_dir} ({reason}).\n{how_to_prepare(name, tfds_dir)}{alternative}") from e
+        raise missing(name, tfds_dir, reason, alternative, split) from e
+
+
+def missing(name: str, tfds_dir: Path, reason: str, alternative: str = "", split: str | None = None) -> DataMissingError:
+    where = f"'{name}'" + (f" (split '{split}')" if split else "")
+    return DataMissingError(
+        f"tensorflow-datasets dataset {where} is not available as array_record under "
+        f"{tfds_dir} ({reason}).\n{how_to_prepare(name, tfds_dir)}{alternative}")
+
+
+def require(name: str, tfds_dir: Path, alternative: str = "") -> None:
+    """Fail before any work when ``<tfds_dir>/<name>`` holds no prepared array_record dataset.
+
+    Checked up front because tensorflow-datasets, asked for a folder that does not exist, answers
+    with a misleading "already prepared in the TFRECORD format" error and warnings."""
+    target = Path(tfds_dir) / name
+    if not target.is_dir():
+        raise missing(name, tfds_dir, f"{target} does not exist", alternative)
+    if not any(target.glob("**/*.array_record*")):
+        raise missing(name, tfds_dir, f"{target} holds no *.array_record files: it was built in another "
+                      f"file format", alternative)
 
 
 def records(source: Sequence[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lra.badinput import ConfigError, DataMissingError
 from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, write_predictions
 from lra.resume import GracefulStop, check_checkpoint, find_previous, run_key
 from models.module import LRAModule
@@ -92,7 +93,7 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | dict, str | None]:
     """
     mode = cfg.get("resume", "auto")
     if mode not in RESUME_MODES:
-        raise ValueError(f"resume={mode!r} is not valid; use resume=auto (default), resume=true or resume=false")
+        raise ConfigError(f"resume={mode!r} is not valid; use resume=auto (default), resume=true or resume=false")
     if not is_rank_zero():  # a DDP worker: rank 0 decided, and writes the one record
         return NullRecord(os.environ[ENV_RUN_ID]), os.environ.get(ENV_RESUME_FROM) or None
     key = run_key(cfg)
@@ -108,7 +109,7 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | dict, str | None]:
             record.update(status="running", resumed=True, resume_count=record.data.get("resume_count", 0) + 1, error=None)
             return record, str(last)
     if mode is True:
-        raise FileNotFoundError(
+        raise DataMissingError(
             f"resume=true but no checkpoint of an unfinished run with this configuration (key {key}) exists "
             f"under {cfg.paths.checkpoint_dir}; run without resume=true to start it"
         )
@@ -157,6 +158,8 @@ def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, st
                   overrides=hydra_overrides())
     if trainer.world_size == 1:  # DDP ranks each hold a shard: per-example predictions are not gathered
         record.update(predictions=write_predictions(record.path, module.test_predictions()))
+    if getattr(datamodule, "truncation", None):  # task.max_len cut training sequences (warned in setup)
+        record.update(truncation=datamodule.truncation)
     return metrics
 
 

@@ -11,7 +11,7 @@ from hydra import compose, initialize_config_dir
 from PIL import Image
 
 from lra.badinput import BadInput, BadInputError
-from lra.pathfinder import PathfinderDataModule, read_release, split_indices
+from lra.pathfinder import PathfinderDataModule, lra_split_indices, read_release, read_release_keyed, split_indices
 from lra.pathfinder_gen import _dilate, _geometry, generate_image, generate_release, lra_params, render
 from tests.conftest import ROOT
 
@@ -198,10 +198,66 @@ def test_reader_skips_empty_pngs_and_counts_corrupt_ones(tmp_path, capsys):
         read_release(tmp_path, 32, BadInput("pf", on_error="fatal"), workers=1)
 
 
+@pytest.mark.parametrize("form", ["text", "npy-unicode", "npy-bytes"])
+def test_metadata_text_unicode_and_bytes(tmp_path, form):
+    """The release's text metadata, Python 3 ``np.save`` (dtype U) and Python 2 ``np.save`` (dtype S,
+    what the original generator wrote) give the same images and labels."""
+    _official_layout(tmp_path, n=6)
+    rows = [line.split() for line in (tmp_path / "metadata" / "0.npy").read_text().splitlines()]
+    if form != "text":
+        table = np.array(rows).astype("S" if form == "npy-bytes" else "U")
+        (tmp_path / "metadata" / "0.npy").unlink()
+        np.save(tmp_path / "metadata" / "0.npy", table)
+        assert np.load(tmp_path / "metadata" / "0.npy").dtype.kind == ("S" if form == "npy-bytes" else "U")
+    pixels, labels = read_release(tmp_path, 32, BadInput("pf", on_error="fatal"), workers=1, log=None)
+    assert labels.tolist() == [i % 2 for i in range(6)]
+    assert np.array_equal(pixels[4], np.asarray(Image.open(tmp_path / "imgs/0/sample_4.png")).reshape(-1))
+
+
 def test_reader_fails_above_the_bad_fraction(tmp_path):
     _official_layout(tmp_path, n=50, corrupt=2)
     with pytest.raises(BadInputError, match="more than max_bad_fraction"):
         read_release(tmp_path, 32, BadInput("pf", max_fraction=0.01), workers=1, log=None)
+
+
+def _lra_order(keys, split):
+    """tfds's storage order, written out: ascending int(md5(split + key)), as LRA's builder wrote it."""
+    import hashlib
+
+    return sorted(keys, key=lambda k: int(hashlib.md5((split + k).encode()).hexdigest(), 16))
+
+
+def test_lra_split_reproduces_tfds_order_and_cut(tmp_path):
+    """LRA's keys are ``imgs/<k>_sample_<i>.png_<row>``; the cut is taken over every row (empty PNGs
+    included, as LRA filters them after slicing) at round(80%)/round(90%), in md5 order of split 'hard'."""
+    _official_layout(tmp_path, n=23, empty=2)
+    pixels, labels, keys, all_keys = read_release_keyed(tmp_path, 32, BadInput("pf"), workers=1, log=None)
+    assert all_keys[:3] == ["imgs/0_sample_0.png_1", "imgs/0_sample_1.png_2", "imgs/0_sample_2.png_3"]
+    assert len(all_keys) == 23 and len(keys) == 21  # the two empty PNGs are keyed but not read
+    order = _lra_order(all_keys, "hard")
+    expected = {"train": order[:18], "val": order[18:21], "test": order[21:]}  # round(18.4)=18, round(20.7)=21
+    parts = lra_split_indices(keys, all_keys, "hard")
+    for split, want in expected.items():
+        got = [keys[i] for i in parts[split]]
+        assert got == [k for k in want if k in keys], split
+    assert sorted(np.concatenate(list(parts.values())).tolist()) == list(range(21))
+    assert _lra_order(all_keys, "easy") != order  # the split name salts the order
+
+
+def test_datamodule_uses_lra_split_by_default(tmp_path):
+    root = tmp_path / "lra_release" / "pathfinder32" / "curv_contour_length_14"
+    _official_layout(root, n=30)
+    dm = PathfinderDataModule(str(tmp_path), source="official", batch_size=4)
+    dm.prepare_data()
+    dm.setup()
+    _, _, keys, all_keys = read_release_keyed(root, 32, workers=1, log=None)
+    want = [keys.index(k) for k in _lra_order(all_keys, "hard")[24:27]]
+    labels = [i % 2 for i in range(30)]
+    assert dm.datasets["val"].labels.tolist() == [labels[i] for i in want]
+    seeded = PathfinderDataModule(str(tmp_path), source="official", split="seeded")
+    assert seeded.cache_dir != dm.cache_dir
+    with pytest.raises(ValueError, match="task.datamodule.split='lra2'"):
+        PathfinderDataModule(str(tmp_path), source="official", split="lra2")
 
 
 def test_split_is_seeded_80_10_10():

@@ -36,7 +36,11 @@ def read_run(path: Path) -> tuple[set[str], dict[str, str]]:
 
     keys: set[str] = set()
     summary: dict[str, str] = {}
-    for raw in _payloads(Path(path).read_bytes()):
+    data = Path(path).read_bytes()
+    if len(data) <= HEADER:
+        raise AssertionError(f"{path} holds no records (only its {len(data)}-byte header): the run was read "
+                             "before wandb flushed it (finish() alone does not wait for that in wandb >= 0.2x)")
+    for raw in _payloads(data):
         rec = pb.Record()
         rec.ParseFromString(raw)
         kind = rec.WhichOneof("record_type")
