@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -56,4 +57,8 @@ def main(cfg: DictConfig) -> float | None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as e:  # Ctrl-C/SIGTERM: one line (the record says the rest), no traceback
+        print(f"run.py: {e or 'interrupted'}", file=sys.stderr)
+        sys.exit(130)
