@@ -13,9 +13,10 @@ from typing import Any
 import pytorch_lightning as pl
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
+from lra.forecast import RunForecast, StepProgressBar
 from lra.records import NullRecord, RunRecord, is_rank_zero
 from lra.resume import GracefulStop, StopRequested, check_checkpoint, find_previous, run_key
 from lra.threads import apply_threads
@@ -55,6 +56,10 @@ def build_trainer(cfg: DictConfig, ckpt_dir: Path, extra_callbacks: list | None 
             train_time_interval=dt.timedelta(minutes=minutes) if minutes else None,
             enable_version_counter=False,  # one last.ckpt, always the newest (never last-v1.ckpt)
         ))
+    forecast = RunForecast(cfg.get("protocol"))  # plan, expected duration, measured forecast
+    callbacks.append(forecast)
+    if cfg.trainer.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
+        callbacks.append(StepProgressBar(forecast))  # counted in steps, ETA with validations
     resolved = OmegaConf.to_container(cfg, resolve=True)
     for lg in loggers:
         lg.log_hyperparams(resolved)
