@@ -23,16 +23,10 @@ import pytorch_lightning as pl
 from pytorch_lightning.callbacks import RichProgressBar
 from pytorch_lightning.callbacks.progress.rich_progress import CustomTimeColumn
 
+from lra.progress import human
+
 log = logging.getLogger(__name__)
 FORWARD_SHARE = 1 / 3  # forward cost / (forward + backward + optimiser step), for the first estimate
-
-
-def human(seconds: float) -> str:
-    """``3h 05m``, ``4m 12s``, ``9s``."""
-    seconds = int(round(max(seconds, 0.0)))
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    return f"{h}h {m:02d}m" if h else f"{m}m {s:02d}s" if m else f"{s}s"
 
 
 def _count(limit: int | float | None, available: int) -> int:

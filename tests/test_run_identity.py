@@ -13,7 +13,8 @@ import yaml
 from omegaconf import OmegaConf, open_dict
 
 from attention.registry import CONF_DIR
-from lra.forecast import RunForecast, human
+from lra.forecast import RunForecast
+from lra.progress import human
 from lra.resume import GracefulStop, StopRequested, run_key
 from lra.threads import apply_threads
 
