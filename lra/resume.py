@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -57,9 +59,24 @@ def find_previous(results_dir: str | Path, key: str) -> tuple[dict | None, dict 
     records, _ = load_records(results_dir)
     mine = sorted((r for r in records if r.get("run_key") == key and r["mode"] == "train"),
                   key=lambda r: r.get("started_at") or "")
-    unfinished = [r for r in mine if r["status"] in RESUMABLE]
+    unfinished = [r for r in mine if r["status"] in RESUMABLE and not still_running(r)]
     finished = [r for r in mine if r["status"] == "finished"]
     return (unfinished[-1] if unfinished else None), (finished[-1] if finished else None)
+
+
+def still_running(record: dict) -> bool:
+    """A ``running`` record whose process is alive on this machine: an identical command started
+    alongside, not a killed run to resume. (Another machine's process cannot be checked: resumable.)"""
+    pid = record.get("pid")
+    if record["status"] != "running" or not pid or record.get("host") != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def check_checkpoint(module: pl.LightningModule, path: str | Path) -> None:

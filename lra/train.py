@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     record, resume_from = _plan(cfg)
     if isinstance(record, dict):  # already finished: report its result, add no record
         return record.get("metrics", {})
-    record.update(efficiency={"threads": threads}).write()
+    # pid/host: a later identical command tells a live run (leave it) from a killed one (resume it)
+    record.update(efficiency={"threads": threads}, pid=os.getpid(), host=socket.gethostname()).write()
     os.environ[ENV_RUN_ID] = record.data["run_id"]
     os.environ[ENV_RESUME_FROM] = resume_from or ""
     stop = GracefulStop(Path(cfg.paths.checkpoint_dir) / record.data["run_id"]).install()

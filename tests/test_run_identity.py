@@ -136,3 +136,22 @@ def test_forecast_counts_validations_and_says_what_is_estimated():
     assert f.eta_seconds(4900) == pytest.approx(100 * 7.0 + 2 * 60.0)
     assert "measured" in f.describe(4900) and "the final test pass" in f.describe(4900)
     assert human(14 * 3600 + 5 * 60) == "14h 05m" and human(65) == "1m 05s" and human(9.4) == "9s"
+
+
+def test_a_live_identical_run_is_left_alone_a_killed_one_is_resumable():
+    import socket
+    import subprocess
+    import sys
+
+    from lra.resume import still_running
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        here = {"status": "running", "pid": proc.pid, "host": socket.gethostname()}
+        assert still_running(here)
+        assert not still_running({**here, "host": "another-machine"})  # cannot tell: resumable
+        assert not still_running({**here, "status": "interrupted"})
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not still_running(here)  # killed: resume it
