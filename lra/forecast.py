@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 import pytorch_lightning as pl
+import torch
 from pytorch_lightning.callbacks import RichProgressBar
 from pytorch_lightning.callbacks.progress.rich_progress import CustomTimeColumn
 
@@ -36,6 +37,14 @@ def _count(limit: int | float | None, available: int) -> int:
     if isinstance(limit, int) and not isinstance(limit, bool) and limit != 1:
         return min(limit, available)
     return int(available * float(limit))
+
+
+def cpu_hint(protocol: str | None, accelerator: str | None) -> None:
+    """Said before data preparation (which can itself take many minutes on a first run)."""
+    on_cpu = accelerator == "cpu" or (accelerator in (None, "auto") and not torch.cuda.is_available())
+    if on_cpu and protocol != "quick":
+        log.info("training on CPU: the %s protocol takes hours to days here; for a first run try "
+                 "`python run.py experiment=quick` (minutes)", protocol)
 
 
 class RunForecast(pl.Callback):
@@ -74,9 +83,6 @@ class RunForecast(pl.Callback):
                  f" ({self.protocol} protocol)" if self.protocol else "", self.max_steps - start, where,
                  f"validation every {self.val_every} steps" if self.val_every else "no step-based validation",
                  vals, self.val_batches, self.estimate_after)
-        if trainer.accelerator.__class__.__name__ == "CPUAccelerator" and self.protocol != "quick":
-            log.info("training on CPU: full protocols take hours to days here; for a first run try "
-                     "`python run.py experiment=quick` (minutes)")
 
     def validations_left(self, step: int) -> int:
         if not self.val_every or self.max_steps <= 0:

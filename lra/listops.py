@@ -27,6 +27,7 @@ from __future__ import annotations
 import csv
 import os
 import random
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -172,7 +173,9 @@ def generate(
     data: list[tuple[str, int]] = []
     index = 0
     settings = (min_length, max_length, max_depth, max_args)
-    pool = ProcessPoolExecutor(workers) if workers > 1 and n_total > 2000 else None
+    # workers ignore Ctrl-C: the main process stops them (no traceback per worker)
+    pool = (ProcessPoolExecutor(workers, initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+            if workers > 1 and n_total > 2000 else None)
     try:
         while len(data) < n_total:
             batch = [(seed, index + i, chunk_draws, *settings) for i in range(2 * workers if pool else 1)]

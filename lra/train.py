@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.forecast import RunForecast, StepProgressBar
+from lra.forecast import RunForecast, StepProgressBar, cpu_hint
 from lra.records import NullRecord, RunRecord, is_rank_zero
 from lra.resume import GracefulStop, StopRequested, check_checkpoint, find_previous, run_key
 from lra.threads import apply_threads
@@ -129,6 +129,8 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | dict, str | None]:
 
 def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, stop: GracefulStop) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
+    if cfg.mode == "train":
+        cpu_hint(cfg.get("protocol"), cfg.trainer.get("accelerator"))
     datamodule = instantiate(cfg.task.datamodule)
     datamodule.prepare_data()  # data problems surface here, before any model or trainer exists
     module = build_module(cfg)

@@ -155,3 +155,16 @@ def test_a_live_identical_run_is_left_alone_a_killed_one_is_resumable():
         proc.kill()
         proc.wait()
     assert not still_running(here)  # killed: resume it
+
+
+def test_cpu_runs_point_at_the_quick_preset(caplog):
+    import logging
+
+    from lra.forecast import cpu_hint
+
+    with caplog.at_level(logging.INFO, logger="lra.forecast"):
+        cpu_hint("xiong2021", "cpu")
+        cpu_hint("quick", "cpu")
+        cpu_hint("xiong2021", "gpu")
+    (line,) = caplog.messages
+    assert "experiment=quick" in line and "xiong2021" in line
