@@ -108,8 +108,10 @@ def test_stop_during_validation_leaves_at_once_from_the_pre_validation_checkpoin
 def test_threads_setting(monkeypatch):
     before = torch.get_num_threads()
     try:
+        torch.set_num_threads(2)
         assert apply_threads(1) == 1 == torch.get_num_threads()
-        assert apply_threads(None) == 1  # null keeps what torch has
+        assert apply_threads(3) == 3 == torch.get_num_threads()
+        assert apply_threads(None) == 3  # null keeps what torch has
         for bad in (0, -2, "two", True):
             with pytest.raises(ValueError, match="threads="):
                 apply_threads(bad)
