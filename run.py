@@ -101,7 +101,11 @@ def cli(argv: list[str] | None = None) -> None:
         check_overrides(sys.argv[1:] if argv is None else argv, CONF_DIR)
     except UserError as e:
         report_user_error(e)
-    main()
+    try:
+        main()
+    except KeyboardInterrupt as e:  # Ctrl-C/SIGTERM: one line (the record says the rest), no traceback
+        print(f"run.py: {e or 'interrupted'}", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -357,7 +357,7 @@ def run_bench(cfg: Any) -> dict[str, Any]:
     meta, specs = plan(cfg, name)
     record = RunRecord(cfg.paths.results_dir, mode="bench", task=meta["task"], attention=name, seed=int(cfg.seed),
                        config=OmegaConf.to_container(cfg, resolve=True), protocol=meta["protocol"])
-    record.update(efficiency={"bench": meta | {"results": []}}).write()
+    record.update(efficiency={"bench": meta | {"results": []}, "threads": specs[0]["threads"]}).write()
     results = []
     with record.outcome():
         for spec in specs:
@@ -408,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=None, help="measurements per point, interleaved across variants")
     p.add_argument("--model", default="xiong", help="conf/model name (backbone shapes)")
     p.add_argument("--task", default=None, help="task whose shapes table2/smat use (default: text)")
-    p.add_argument("--threads", type=int, default=None, help="torch threads per measurement (default: torch's)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per measurement (default 1: honest per-core timings; 0: torch's default)")
     p.add_argument("--no-isolate", action="store_true", help="measure in this process (faster, less honest memory)")
     p.add_argument("--results-dir", default=None, help="also write one run record per variant here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -460,7 +460,7 @@ def _write_cli_records(results_dir: str, plans: dict, results: dict) -> None:
         rec = RunRecord(results_dir, mode="bench", task=meta["task"], attention=v, seed=specs[0]["seed"],
                         config={"bench": meta, "spec": specs[0]}, protocol=meta["protocol"])
         rec.update(efficiency={"bench": meta | {"results": rs, "memory_method": ",".join(sorted({r["memory_method"] for r in ok})) or None},
-                               "parameters": ok[0].get("parameters") if ok else None})
+                               "parameters": ok[0].get("parameters") if ok else None, "threads": specs[0]["threads"]})
         rec.finish("finished" if ok else "failed")
 
 

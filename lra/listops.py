@@ -8,7 +8,9 @@ and 2000. Choices the original leaves open, made here:
 
 * seeded: draw ``i`` of chunk ``c`` uses ``random.Random(f"{seed}:{c}")``; chunks are processed in
   order (on all cores) and de-duplicated keeping first occurrence, so the output does not depend
-  on the number of workers. The first 96k/2k/2k unique expressions are train/val/test.
+  on the number of workers. The first 96k/2k/2k unique expressions are train/val/test. A small
+  request (<= 2000 expressions) reads the stream lazily and stops at its last expression (a 400-row
+  request draws hundreds of trees, not 80k); its rows are the same prefix a larger request gets.
 * a draw stops as soon as it exceeds the length bound (rejection sampling stays exact: such a tree
   is rejected whatever the rest of it would have been), which makes generation ~2x faster.
 
@@ -25,10 +27,11 @@ from __future__ import annotations
 import csv
 import os
 import random
+import signal
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -36,6 +39,7 @@ from lra.atomic import write_text
 from lra.badinput import BadInputError, ConfigError, DataMissingError
 from lra.cache import build_once, save_split, settings_key
 from lra.datamodule import CachedDataModule
+from lra.progress import Progress
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"
@@ -131,15 +135,18 @@ def generate_one(rng: random.Random, max_depth: int = 10, max_args: int = 10, ma
     return "".join(parts), value, count[0]
 
 
-def _chunk(args: tuple) -> list[tuple[str, int]]:
+def _accepted(args: tuple) -> Iterator[tuple[str, int]]:
+    """The kept expressions of chunk ``index``, in draw order (lazily: a caller may stop early)."""
     seed, index, draws, min_length, max_length, max_depth, max_args = args
     rng = random.Random(f"{seed}:{index}")
-    out = []
     for _ in range(draws):
         ex = generate_one(rng, max_depth, max_args, max_length)
         if ex is not None and ex[2] > min_length:
-            out.append((ex[0], ex[1]))
-    return out
+            yield ex[0], ex[1]
+
+
+def _chunk(args: tuple) -> list[tuple[str, int]]:
+    return list(_accepted(args))
 
 
 def generate(
@@ -151,31 +158,47 @@ def generate(
     max_args: int = 10,
     workers: int | None = None,
     chunk_draws: int = 20000,
+    progress: Callable[[int], None] | None = None,
 ) -> list[tuple[str, int]]:
-    """The first ``n_total`` unique expressions of the seeded stream (independent of ``workers``)."""
+    """The first ``n_total`` unique expressions of the seeded stream (independent of ``workers``).
+
+    The stream is chunk 0, 1, 2, ... in order, each chunk ``chunk_draws`` draws of its own RNG. A
+    small request (serial) reads it lazily and stops at the ``n_total``-th unique expression; a
+    large one (parallel) draws whole chunks, ``2 x workers`` at a time, and keeps the same prefix.
+    ``progress(done)`` is called as expressions accumulate.
+    """
     if not 0 <= min_length < max_length:
         raise ValueError(f"ListOps length bounds must satisfy 0 <= min_length < max_length, got {min_length}, {max_length}")
     workers = workers or os.cpu_count() or 1
     seen: set[str] = set()
     data: list[tuple[str, int]] = []
     index = 0
-    pool = ProcessPoolExecutor(workers) if workers > 1 and n_total > 2000 else None
+    settings = (min_length, max_length, max_depth, max_args)
+    # workers ignore Ctrl-C: the main process stops them (no traceback per worker)
+    pool = (ProcessPoolExecutor(workers, initializer=signal.signal, initargs=(signal.SIGINT, signal.SIG_IGN))
+            if workers > 1 and n_total > 2000 else None)
     try:
         while len(data) < n_total:
-            batch = [(seed, index + i, chunk_draws, min_length, max_length, max_depth, max_args) for i in range(2 * workers)]
+            batch = [(seed, index + i, chunk_draws, *settings) for i in range(2 * workers if pool else 1)]
             index += len(batch)
-            results: Iterable = pool.map(_chunk, batch) if pool else map(_chunk, batch)
-            for chunk in results:
+            chunks: Iterable = pool.map(_chunk, batch) if pool else map(_accepted, batch)
+            for chunk in chunks:
                 for source, label in chunk:
                     if source not in seen:
                         seen.add(source)
                         data.append((source, label))
+                        if len(data) == n_total:
+                            break
+                if progress is not None:
+                    progress(len(data))
+                if len(data) == n_total:
+                    break
             if index > 10_000 and not data:
                 raise RuntimeError(f"ListOps generator produced nothing in {index} chunks: the length bounds ({min_length}, {max_length}) cannot be met at max_depth={max_depth}")
     finally:
         if pool:
-            pool.shutdown()
-    return data[:n_total]
+            pool.shutdown(cancel_futures=True)
+    return data
 
 
 def write_tsv(path: Path, rows: Iterable[tuple[str, int]]) -> None:
@@ -212,10 +235,13 @@ def tokenize(source: str, mode: str = "lra") -> list[str]:
     return text.split()
 
 
-def encode(sources: list[str], max_len: int, mode: str = "lra") -> tuple[np.ndarray, np.ndarray]:
+def encode(sources: list[str], max_len: int, mode: str = "lra",
+           progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
     ids = np.zeros((len(sources), max_len), dtype=np.uint8)
     lengths = np.zeros(len(sources), dtype=np.int32)
     for i, s in enumerate(sources):
+        if progress is not None and i % 1000 == 0:
+            progress(i)
         toks = [VOCAB.get(t, UNK) for t in tokenize(s, mode)[:max_len]]
         ids[i, : len(toks)] = toks
         lengths[i] = len(toks)
@@ -265,8 +291,9 @@ class ListOpsDataModule(CachedDataModule):
         g = self.gen
         total = g["n_train"] + g["n_val"] + g["n_test"]
         start = time.perf_counter()
+        shown = Progress("[listops] generating", total, "expressions")
         rows = generate(total, seed=g["seed"], min_length=g["min_length"], max_length=g["max_length"],
-                        max_depth=g["max_depth"], max_args=g["max_args"])
+                        max_depth=g["max_depth"], max_args=g["max_args"], progress=shown.update)
         splits = {"train": rows[: g["n_train"]], "val": rows[g["n_train"]: g["n_train"] + g["n_val"]],
                   "test": rows[g["n_train"] + g["n_val"]:]}
         for split, part in splits.items():
@@ -293,5 +320,6 @@ class ListOpsDataModule(CachedDataModule):
             self.check_sources()
         for split, name in OFFICIAL_FILES.items():
             rows = list(read_tsv(tsv_dir / name))
-            ids, lengths = encode([s for s, _ in rows], self.max_len, self.tokenization)
+            shown = Progress(f"[listops] caching {split}", len(rows), "rows")
+            ids, lengths = encode([s for s, _ in rows], self.max_len, self.tokenization, progress=shown.update)
             save_split(directory, split, ids, lengths, np.array([t for _, t in rows], dtype=np.int64))

@@ -1,13 +1,16 @@
 """Resuming killed runs, stopping gracefully on SIGTERM/Ctrl-C, and checking checkpoints.
 
-A run is identified by ``run_key``: a hash of its resolved config without paths, the resume switch
-and the checkpoint cadence, so the same command finds its own unfinished record and checkpoint.
+A run is identified by ``run_key``: a hash of what defines the experiment, so the same command finds
+its own unfinished record and checkpoint (resume) or its finished record (skip), whatever logger,
+output folder or launch time it has. See :func:`run_key` for what is in the key and why.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import signal
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -20,18 +23,36 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from lra.badinput import BadInputError, DataMissingError
 from lra.records import load_records
 
-VOLATILE = ("paths", "resume", "checkpointing", "hydra", "ckpt_path")
+# The identity of a run: an ALLOW-list of top-level sections (what defines the experiment), so a new
+# section (bench/report settings, a logger, an output path, a launch timestamp) can never make the
+# same experiment look new. Left out on purpose: paths, logger, callbacks (what is recorded, not what
+# is trained), bench, report, checkpointing/resume/ckpt_path (how the run is kept), threads (an
+# execution setting: it changes speed, not the experiment), hydra.
+IDENTITY = ("mode", "task", "attention_name", "attention", "model", "optim", "protocol", "seed", "trainer")
+# Inside those sections, a DENY-list of settings that only say where or how visibly things run.
+# Trainer keys are denied rather than allowed so a result-changing key added on the command line
+# (``+trainer.accumulate_grad_batches=2``) still makes a new run.
+PRESENTATION = {
+    "trainer": ("enable_progress_bar", "enable_model_summary", "default_root_dir", "log_every_n_steps"),
+    "datamodule": ("num_workers",),  # how fast data loads; every ``*_dir`` key (where data lives) too
+}
 RESUMABLE = ("running", "interrupted", "failed")
 
 
+def identity(cfg: DictConfig) -> dict[str, Any]:
+    """The settings that define the experiment (hashed by :func:`run_key`)."""
+    ident = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
+             for k in IDENTITY if (v := cfg.get(k)) is not None}
+    for key in PRESENTATION["trainer"]:
+        (ident.get("trainer") or {}).pop(key, None)
+    datamodule = (ident.get("task") or {}).get("datamodule") or {}
+    for key in [k for k in datamodule if k in PRESENTATION["datamodule"] or k.endswith("_dir")]:
+        datamodule.pop(key)
+    return ident
+
+
 def run_key(cfg: DictConfig) -> str:
-    data = OmegaConf.to_container(cfg, resolve=True)
-    for key in VOLATILE:
-        data.pop(key, None)
-    if isinstance(data.get("trainer"), dict):
-        data["trainer"].pop("enable_progress_bar", None)
-        data["trainer"].pop("default_root_dir", None)
-    return hashlib.sha1(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return hashlib.sha1(json.dumps(identity(cfg), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def find_previous(results_dir: str | Path, key: str) -> tuple[dict | None, dict | None]:
@@ -39,9 +60,24 @@ def find_previous(results_dir: str | Path, key: str) -> tuple[dict | None, dict 
     records, _ = load_records(results_dir)
     mine = sorted((r for r in records if r.get("run_key") == key and r["mode"] == "train"),
                   key=lambda r: r.get("started_at") or "")
-    unfinished = [r for r in mine if r["status"] in RESUMABLE]
+    unfinished = [r for r in mine if r["status"] in RESUMABLE and not still_running(r)]
     finished = [r for r in mine if r["status"] == "finished"]
     return (unfinished[-1] if unfinished else None), (finished[-1] if finished else None)
+
+
+def still_running(record: dict) -> bool:
+    """A ``running`` record whose process is alive on this machine: an identical command started
+    alongside, not a killed run to resume. (Another machine's process cannot be checked: resumable.)"""
+    pid = record.get("pid")
+    if record["status"] != "running" or not pid or record.get("host") != socket.gethostname() or pid == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def check_checkpoint(module: pl.LightningModule, path: str | Path) -> None:
@@ -70,24 +106,32 @@ def check_checkpoint(module: pl.LightningModule, path: str | Path) -> None:
         )
 
 
-class GracefulStop(pl.Callback):
-    """SIGTERM or a first Ctrl-C: during training, finish the current step, save ``last.ckpt`` and
-    stop; before training (data preparation, setup), stop at once (caches are written atomically).
+class StopRequested(Exception):
+    """Raised inside training after a first Ctrl-C/SIGTERM, once ``last.ckpt`` is saved: it leaves
+    the fit loop at once (``trainer.should_stop`` would first run a full validation)."""
 
-    A second Ctrl-C interrupts at once. Installed for the whole run by :meth:`install`;
-    ``requested`` names the signal after a stop.
+
+class GracefulStop(pl.Callback):
+    """SIGTERM or a first Ctrl-C: during training, finish the current step (or validation batch),
+    save ``last.ckpt`` and stop; before training (data preparation, setup), stop at once (caches are
+    written atomically). A second Ctrl-C stops at once without saving (the last periodic
+    ``last.ckpt`` stays). Installed for the whole run by :meth:`install`; ``requested`` names the
+    signal after a stop.
     """
 
     def __init__(self, ckpt_dir: str | Path) -> None:
         self.ckpt_dir = Path(ckpt_dir)
         self.requested: str | None = None
         self.training = False
+        self.saved_step: int | None = None
         self._previous: dict[int, Any] = {}
 
     def _handler(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
-        if not self.training or (self.requested and signum == signal.SIGINT):
-            raise KeyboardInterrupt(f"stopped by {name} before a checkpoint could be taken")
+        if not self.training:
+            raise KeyboardInterrupt(f"stopped by {name} before training started")
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt(f"stopped at once by a second {name}")
         self.requested = name
 
     def install(self) -> "GracefulStop":
@@ -107,15 +151,41 @@ class GracefulStop(pl.Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.training = False
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+    def _save(self, trainer: pl.Trainer) -> None:
+        trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
+        self.saved_step = trainer.global_step
+
+    def _stop_if_requested(self, trainer: pl.Trainer) -> None:
         if self.requested or getattr(trainer, "received_sigterm", False):
             self.requested = self.requested or "SIGTERM"
-            trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
-            trainer.should_stop = True
+            raise StopRequested(self.requested)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if self.requested or getattr(trainer, "received_sigterm", False):
+            self._save(trainer)
+            self._stop_if_requested(trainer)
+        elif _validates_next(trainer):
+            # last.ckpt before each validation: a stop during validation (minutes on a long
+            # validation set) then leaves at once, and resuming reruns that validation in full
+            self._save(trainer)
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if self.training and self.saved_step == trainer.global_step:
+            self._stop_if_requested(trainer)
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         # Lightning's own SIGTERM handling raises SIGTERMException from inside validation: the
         # weights are those of a completed step, so they are safe to checkpoint.
         if isinstance(exception, SIGTERMException) and self.training:
             self.requested = self.requested or "SIGTERM"
-            trainer.save_checkpoint(self.ckpt_dir / "last.ckpt")
+            self._save(trainer)
+
+
+def _validates_next(trainer: pl.Trainer) -> bool:
+    """Whether Lightning validates right after this training batch (its own decision rule)."""
+    loop = trainer.fit_loop
+    fetcher = getattr(loop, "_data_fetcher", None)
+    try:
+        return bool(fetcher is not None and loop.epoch_loop._should_check_val_fx(fetcher))
+    except AttributeError:  # another Lightning version: no pre-validation checkpoint, stop after validation
+        return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,12 +14,14 @@ from typing import Any
 import pytorch_lightning as pl
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
-from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint
+from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.badinput import ConfigError, DataMissingError
+from lra.forecast import RunForecast, StepProgressBar, cpu_hint
 from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, write_predictions
-from lra.resume import GracefulStop, check_checkpoint, find_previous, run_key
+from lra.resume import GracefulStop, StopRequested, check_checkpoint, find_previous, run_key
+from lra.threads import apply_threads
 from models.module import LRAModule
 from models.network import LRAClassifier
 
@@ -53,7 +56,12 @@ def build_trainer(cfg: DictConfig, ckpt_dir: Path, extra_callbacks: list | None 
         callbacks.append(ModelCheckpoint(
             dirpath=str(ckpt_dir), save_top_k=0, save_last=True, every_n_train_steps=every or None,
             train_time_interval=dt.timedelta(minutes=minutes) if minutes else None,
+            enable_version_counter=False,  # one last.ckpt, always the newest (never last-v1.ckpt)
         ))
+    forecast = RunForecast(cfg.get("protocol"))  # plan, expected duration, measured forecast
+    callbacks.append(forecast)
+    if cfg.trainer.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
+        callbacks.append(StepProgressBar(forecast))  # counted in steps, ETA with validations
     resolved = OmegaConf.to_container(cfg, resolve=True)
     for lg in loggers:
         lg.log_hyperparams(resolved)
@@ -122,6 +130,8 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | dict, str | None]:
 
 def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, stop: GracefulStop) -> dict[str, Any]:
     pl.seed_everything(cfg.seed, workers=True)
+    if cfg.mode == "train":
+        cpu_hint(cfg.get("protocol"), cfg.trainer.get("accelerator"))
     datamodule = instantiate(cfg.task.datamodule)
     datamodule.prepare_data()  # data problems surface here, before any model or trainer exists
     module = build_module(cfg)
@@ -133,15 +143,14 @@ def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, st
     if cfg.mode == "train":
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
-        except SIGTERMException:
+        except (SIGTERMException, StopRequested):
             stop.requested = stop.requested or "SIGTERM"
-        except SystemExit as e:  # Lightning turns Ctrl-C into exit(1) after its own clean-up
+        except SystemExit as e:  # Lightning turns a second Ctrl-C into exit(1) after its own clean-up
             if trainer.interrupted:
-                raise KeyboardInterrupt(f"interrupted at step {trainer.global_step}") from e
+                raise KeyboardInterrupt(f"stopped at once at step {trainer.global_step}; {_resume_hint(stop)}") from None
             raise
         if stop.requested:
-            raise KeyboardInterrupt(f"stopped by {stop.requested} at step {trainer.global_step}; "
-                                    f"checkpoint {ckpt_dir / 'last.ckpt'}: run the same command again to resume")
+            raise KeyboardInterrupt(f"stopped by {stop.requested} at step {trainer.global_step}; {_resume_hint(stop)}")
         ckpt = trainer.checkpoint_callback
         metrics["best_val_acc"] = _metric(ckpt.best_model_score) if ckpt else None
         metrics["val_acc"] = _metric(trainer.callback_metrics.get("val/acc"))
@@ -163,6 +172,19 @@ def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, st
     return metrics
 
 
+def _resume_hint(stop: GracefulStop) -> str:
+    last = stop.ckpt_dir / "last.ckpt"
+    if not last.is_file():
+        return "no checkpoint yet: the same command starts again from step 0"
+    import torch
+
+    try:
+        step = torch.load(last, map_location="cpu", weights_only=False).get("global_step")
+    except Exception:  # noqa: BLE001 - only for the message
+        step = "?"
+    return f"checkpoint of step {step} in {last}: run the same command again to resume"
+
+
 def _finish_wandb(record: RunRecord) -> None:
     """One W&B run per job: close it whatever happened, so the next job of a sweep gets its own."""
     wandb = sys.modules.get("wandb")
@@ -173,10 +195,12 @@ def _finish_wandb(record: RunRecord) -> None:
 
 def run(cfg: DictConfig) -> dict[str, Any]:
     """One train or test run; the record ends as finished, diverged, interrupted or failed."""
+    threads = apply_threads(cfg.get("threads"))  # before the record: its stamp says torch_threads
     record, resume_from = _plan(cfg)
     if isinstance(record, dict):  # already finished: report its result, add no record
         return record.get("metrics", {})
-    record.write()
+    # pid/host: a later identical command tells a live run (leave it) from a killed one (resume it)
+    record.update(efficiency={"threads": threads}, pid=os.getpid(), host=socket.gethostname()).write()
     os.environ[ENV_RUN_ID] = record.data["run_id"]
     os.environ[ENV_RESUME_FROM] = resume_from or ""
     stop = GracefulStop(Path(cfg.paths.checkpoint_dir) / record.data["run_id"]).install()

@@ -1,0 +1,38 @@
+"""Bugs of the newcomer path: run identity (resume/skip), Ctrl-C, threads, forecast, ListOps draws."""
+from tests.mutants import Mutant
+
+IDENT = ("tests/test_run_identity.py",)
+MUTANTS = [
+    Mutant("run_ux-key-has-logger", "lra/resume.py",
+           'IDENTITY = ("mode", "task",', 'IDENTITY = ("logger", "paths", "mode", "task",',
+           "the key holds the logger's timestamped save_dir: every launch is a new run (no resume, no skip)", IDENT),
+    Mutant("run_ux-key-keeps-data-paths", "lra/resume.py",
+           ' or k.endswith("_dir")]', "]",
+           "moving the data directory makes a finished experiment look new", IDENT),
+    Mutant("run_ux-key-drops-trainer", "lra/resume.py",
+           '"protocol", "seed", "trainer")', '"protocol", "seed")',
+           "a run with other max_steps resumes/skips as if it were the same experiment", IDENT),
+    Mutant("run_ux-stop-without-checkpoint", "lra/resume.py",
+           "        if self.requested or getattr(trainer, \"received_sigterm\", False):\n            self._save(trainer)\n",
+           "        if self.requested or getattr(trainer, \"received_sigterm\", False):\n",
+           "Ctrl-C stops without saving: the steps since the last periodic checkpoint are lost", IDENT),
+    Mutant("run_ux-second-ctrl-c-ignored", "lra/resume.py",
+           "        if self.requested and signum == signal.SIGINT:\n", "        if False:\n",
+           "a second Ctrl-C does not stop at once", IDENT),
+    Mutant("run_ux-validation-not-interruptible", "lra/resume.py",
+           "        if self.training and self.saved_step == trainer.global_step:\n            self._stop_if_requested(trainer)",
+           "        pass",
+           "Ctrl-C during validation waits for the whole validation (minutes)", IDENT),
+    Mutant("run_ux-threads-not-applied", "lra/threads.py",
+           "        torch.set_num_threads(int(threads))\n", "",
+           "the threads setting is recorded but not used", IDENT),
+    Mutant("run_ux-bench-threads-torch-default", "conf/config.yaml",
+           "  threads: ${threads}  #", "  threads: null  #",
+           "bench timings with all cores on a shared machine: flat, meaningless", IDENT),
+    Mutant("run_ux-eta-without-validation", "lra/forecast.py",
+           "self.validations_left(step) * (per_val or 0.0)", "0.0",
+           "an ETA that leaves validation out (hours short on ListOps)", IDENT),
+    Mutant("run_ux-listops-draws-whole-chunks", "lra/listops.py",
+           "map(_accepted, batch)", "map(_chunk, batch)",
+           "a 400-expression request draws every tree of its chunks (80k, 31 s)", ("tests/test_listops_draws.py",)),
+]

@@ -1,0 +1,100 @@
+"""A newcomer's first day, through run.py with the DEFAULT logger (csv) and with W&B (offline):
+the same command after Ctrl-C or SIGKILL resumes the one record; after it finished, it is skipped;
+a sweep run twice trains nothing the second time. (tests/test_resume.py checks, with logger=none,
+that a resumed run ends exactly where an uninterrupted one ends.)"""
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import TINY_LISTOPS, run_cli
+from tests.test_resume import records, start, wait_for_checkpoint
+
+pytestmark = pytest.mark.slow
+DATA = [a for a in TINY_LISTOPS if not a.startswith("logger=")]  # the default logger, csv
+# validation every 4 steps (a last.ckpt right before each), periodic last.ckpt every 6 steps
+ARGS = [*DATA, "trainer.max_steps=48", "task.val_every=4", "checkpointing.every_n_steps=6"]
+
+
+def cli(cwd: Path, args: list[str]):
+    return run_cli(args, cwd, env={"LRA_CHECKPOINT_DIR": str(cwd / "checkpoints")})
+
+
+def ckpt_step(path: Path) -> int:
+    return torch.load(path, map_location="cpu", weights_only=False)["global_step"]
+
+
+def finished_once(cwd: Path, run_id: str, steps: int) -> dict:
+    (rec,) = records(cwd)  # one record, whatever happened before
+    assert rec["run_id"] == run_id and rec["status"] == "finished", rec.get("error")
+    assert rec["metrics"]["train_steps"] == steps
+    (ckpt_dir,) = (cwd / "checkpoints").iterdir()
+    assert sorted(p.name for p in ckpt_dir.glob("last*.ckpt")) == ["last.ckpt"]  # never last-v1.ckpt
+    assert ckpt_step(ckpt_dir / "last.ckpt") == steps  # the newest
+    return rec
+
+
+def test_ctrl_c_sigkill_then_the_same_command_resumes_then_skips(tmp_path):
+    # 1. Ctrl-C: stops within a step, saves, says one line, the record is interrupted
+    proc = start(tmp_path, ARGS)
+    wait_for_checkpoint(tmp_path, proc)  # the first last.ckpt: before the first validation (step 4)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.time()
+    _, err = proc.communicate(timeout=120)
+    assert time.time() - t0 < 30 and proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err
+    last_line = err.strip().splitlines()[-1]
+    assert last_line.startswith("run.py: stopped by SIGINT at step") and "run the same command again" in last_line
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "interrupted" and rec["efficiency"]["threads"] == 1 and rec["stamp"]["torch_threads"] == 1
+    (last,) = (tmp_path / "checkpoints").glob("*/last.ckpt")
+    interrupted_at = ckpt_step(last)
+    assert 4 <= interrupted_at < 48 and f"step {interrupted_at}" in last_line
+    # 2. the same command resumes (a new Hydra output folder, the same record); SIGKILL it after
+    #    a newer checkpoint than the Ctrl-C one
+    proc = start(tmp_path, ARGS)
+    deadline = time.time() + 240
+    while ckpt_step_or_0(last) <= interrupted_at and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (killed,) = records(tmp_path)
+    assert killed["run_id"] == rec["run_id"] and killed["resumed"] is True
+    # 3. the same command resumes again and finishes
+    out = cli(tmp_path, ARGS)
+    assert "Step" in out.stdout and "/-2" not in out.stdout  # counted in steps, not "Epoch 0/-2"
+    assert "expected:" in out.stdout + out.stderr and "measured:" in out.stdout + out.stderr  # the forecast
+    done = finished_once(tmp_path, rec["run_id"], 48)
+    assert done["resume_count"] >= 2
+    assert len(list((tmp_path / "outputs").glob("*/*"))) == 3  # every launch its own folder
+    # 4. a sweep over the finished seed and a new one trains only the new one; run twice, nothing
+    cli(tmp_path, ["-m", *ARGS, "seed=0,1"])
+    (new,) = [r for r in records(tmp_path) if r["run_id"] != done["run_id"]]
+    assert new["seed"] == 1 and new["status"] == "finished"
+    again = cli(tmp_path, ["-m", *ARGS, "seed=0,1"])
+    assert (again.stderr + again.stdout).count("already finished") == 2
+    assert sorted(r["run_id"] for r in records(tmp_path)) == sorted([done["run_id"], new["run_id"]])
+
+
+def test_wandb_run_resumes_after_sigkill(tmp_path):
+    args = [*ARGS, "logger=wandb"]
+    proc = start(tmp_path, args)
+    wait_for_checkpoint(tmp_path, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (killed,) = records(tmp_path)
+    assert killed["status"] == "running"
+    cli(tmp_path, args)
+    done = finished_once(tmp_path, killed["run_id"], 48)
+    assert done["resumed"] is True and done["config"]["logger"]["wandb"]
+
+
+def ckpt_step_or_0(path: Path) -> int:
+    try:
+        return ckpt_step(path)
+    except Exception:  # noqa: BLE001 - being written
+        return 0

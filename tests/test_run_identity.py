@@ -1,0 +1,172 @@
+"""What makes two launches "the same run" (resume/skip), the Ctrl-C state machine, the thread
+setting and the duration forecast: fast, no subprocess."""
+from __future__ import annotations
+
+import signal
+from types import SimpleNamespace
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+import yaml
+from omegaconf import OmegaConf, open_dict
+
+from attention.registry import CONF_DIR
+from lra.forecast import RunForecast
+from lra.progress import human
+from lra.resume import GracefulStop, StopRequested, run_key
+from lra.threads import apply_threads
+
+
+def composed(*overrides: str, output_dir: str = "outputs/2026-01-01/10-00-00-000001_listops_softmax_s0"):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", overrides=[f"paths.output_dir={output_dir}", *overrides], return_hydra_config=True)
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return cfg
+
+
+BASE = run_key(composed())
+
+
+def test_key_ignores_where_and_how_visibly_a_run_goes():
+    """All at once (one compose): a later launch's own folder, another logger, no callbacks, other
+    paths, bench/report/thread/checkpoint settings, presentation-only trainer and loader settings."""
+    other = composed(
+        "logger=wandb", "callbacks=none", "paths.data_dir=/elsewhere", "paths.results_dir=/r",
+        "paths.checkpoint_dir=/c", "bench.repeats=9", "report.metric=best_val_acc", "threads=2",
+        "checkpointing.every_n_steps=7", "resume=true", "trainer.enable_progress_bar=false",
+        "trainer.log_every_n_steps=1", "trainer.enable_model_summary=true", "task.datamodule.num_workers=2",
+        "task.datamodule.official_dir=/o", output_dir="outputs/2026-02-02/11-11-11-999999_listops_softmax_s0")
+    assert run_key(other) == BASE
+
+
+@pytest.mark.parametrize("edit", [
+    "seed=1", "optim.lr=0.01", "task.max_len=512", "trainer.max_steps=7", "task.val_every=10",
+    "trainer.accumulate_grad_batches=2", "task.datamodule.generator.n_train=100", "optim.schedule=cosine",
+])
+def test_key_changes_with_what_defines_the_experiment(edit):
+    cfg = composed()
+    key, value = edit.split("=")
+    with open_dict(cfg):
+        OmegaConf.update(cfg, key, yaml.safe_load(value))
+    assert run_key(cfg) != BASE
+
+
+@pytest.mark.parametrize("group", ["attention=linear", "model=tiny", "experiment=quick", "experiment=lra2020"])
+def test_key_changes_with_the_chosen_variant_model_and_protocol(group):
+    assert run_key(composed(group)) != BASE
+
+
+def test_output_folders_are_unique_to_the_microsecond():
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose("config", return_hydra_config=True)
+    for key in ("run", "sweep"):
+        raw = cfg.hydra[key]._get_node("dir")._value()
+        assert "%f" in raw, raw
+
+
+class FakeTrainer(SimpleNamespace):
+    def save_checkpoint(self, path):
+        self.saved.append((str(path), self.global_step))
+
+
+def fake_trainer(step: int = 3) -> FakeTrainer:
+    return FakeTrainer(global_step=step, saved=[], received_sigterm=False,
+                       fit_loop=SimpleNamespace(_data_fetcher=None))
+
+
+def test_first_ctrl_c_saves_and_stops_after_the_step_second_stops_at_once(tmp_path):
+    stop = GracefulStop(tmp_path)
+    with pytest.raises(KeyboardInterrupt, match="before training"):
+        stop._handler(signal.SIGINT, None)  # data preparation: at once
+    stop.on_train_start(None, None)
+    stop._handler(signal.SIGINT, None)  # training: only a request
+    assert stop.requested == "SIGINT"
+    trainer = fake_trainer(7)
+    with pytest.raises(StopRequested):
+        stop.on_train_batch_end(trainer, None)
+    assert trainer.saved == [(str(tmp_path / "last.ckpt"), 7)] and stop.saved_step == 7
+    with pytest.raises(KeyboardInterrupt, match="second SIGINT"):
+        stop._handler(signal.SIGINT, None)
+
+
+def test_stop_during_validation_leaves_at_once_from_the_pre_validation_checkpoint(tmp_path):
+    stop = GracefulStop(tmp_path)
+    stop.on_train_start(None, None)
+    trainer = fake_trainer(10)
+    stop._save(trainer)  # what on_train_batch_end does right before a validation
+    stop.on_validation_batch_end(trainer, None)  # no request: validation goes on
+    stop._handler(signal.SIGINT, None)
+    with pytest.raises(StopRequested):
+        stop.on_validation_batch_end(trainer, None)
+    assert trainer.saved == [(str(tmp_path / "last.ckpt"), 10)]  # nothing saved mid-validation
+
+
+def test_threads_setting(monkeypatch):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert apply_threads(1) == 1 == torch.get_num_threads()
+        assert apply_threads(3) == 3 == torch.get_num_threads()
+        assert apply_threads(None) == 3  # null keeps what torch has
+        for bad in (0, -2, "two", True):
+            with pytest.raises(ValueError, match="threads="):
+                apply_threads(bad)
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_default_threads_is_one_for_training_and_bench():
+    cfg = composed()
+    assert cfg.threads == 1 and cfg.bench.threads == 1
+    assert composed("threads=3").bench.threads == 3
+
+
+def test_forecast_counts_validations_and_says_what_is_estimated():
+    f = RunForecast("xiong2021")
+    f.max_steps, f.val_every, f.val_batches = 5000, 50, 63
+    f.step_times = [7.0, 7.0, 9.0]
+    assert f.validations_left(0) == 100 and f.validations_left(4990) == 1 and f.validations_left(5000) == 0 and f.validations_left(120) == 98
+    per_val, measured = f.validation_seconds()
+    assert per_val == pytest.approx(7.0 * 63 / 3) and not measured
+    assert f.eta_seconds(0) == pytest.approx(5000 * 7.0 + 100 * 7.0 * 63 / 3)
+    assert "estimated" in f.describe(0)
+    f.val_seconds = 60.0
+    assert f.eta_seconds(4900) == pytest.approx(100 * 7.0 + 2 * 60.0)
+    assert "measured" in f.describe(4900) and "the final test pass" in f.describe(4900)
+    assert human(14 * 3600 + 5 * 60) == "14h 05m" and human(65) == "1m 05s" and human(9.4) == "9s"
+
+
+def test_a_live_identical_run_is_left_alone_a_killed_one_is_resumable():
+    import socket
+    import subprocess
+    import sys
+
+    from lra.resume import still_running
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        here = {"status": "running", "pid": proc.pid, "host": socket.gethostname()}
+        assert still_running(here)
+        assert not still_running({**here, "host": "another-machine"})  # cannot tell: resumable
+        assert not still_running({**here, "status": "interrupted"})
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not still_running(here)  # killed: resume it
+
+
+def test_cpu_runs_point_at_the_quick_preset(caplog):
+    import logging
+
+    from lra.forecast import cpu_hint
+
+    with caplog.at_level(logging.INFO, logger="lra.forecast"):
+        cpu_hint("xiong2021", "cpu")
+        cpu_hint("quick", "cpu")
+        cpu_hint("xiong2021", "gpu")
+    (line,) = caplog.messages
+    assert "experiment=quick" in line and "xiong2021" in line
