@@ -136,6 +136,16 @@ def _style(i: int) -> dict[str, Any]:
     return {"color": f"C{i % 10}", "linestyle": LINESTYLES[i // 10 % len(LINESTYLES)], "marker": MARKERS[i // 10 % len(MARKERS)]}
 
 
+def _line_chart(fig, ax, xlabel: str, ylabel: str, title: str) -> bytes:
+    """Labels, grid, legend and title of the per-variant line charts, rendered to PNG."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    return _png(fig)
+
+
 def length_plot(labels: list[str], series: dict[str, list[float]], title: str) -> bytes:
     """``series``: variant -> accuracy (%) per bucket (NaN = empty bucket)."""
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -143,12 +153,7 @@ def length_plot(labels: list[str], series: dict[str, list[float]], title: str) -
         ax.plot(range(len(labels)), accs, label=name, **_style(i))
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels)
-    ax.set_xlabel("real length of the test example (tokens), quartile buckets")
-    ax.set_ylabel("test accuracy (%)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title, fontsize=10)
-    return _png(fig)
+    return _line_chart(fig, ax, "real length of the test example (tokens), quartile buckets", "test accuracy (%)", title)
 
 
 def curve_plot(series: dict[str, list[tuple[int, float, float, float]]], title: str) -> bytes:
@@ -160,9 +165,4 @@ def curve_plot(series: dict[str, list[tuple[int, float, float, float]]], title: 
         ax.plot(steps, [p[1] for p in pts], label=name, markersize=3, **style)
         if any(p[2] != p[3] for p in pts):
             ax.fill_between(steps, [p[2] for p in pts], [p[3] for p in pts], color=style["color"], alpha=0.2, linewidth=0)
-    ax.set_xlabel("training step")
-    ax.set_ylabel("validation accuracy (%)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_title(title, fontsize=10)
-    return _png(fig)
+    return _line_chart(fig, ax, "training step", "validation accuracy (%)", title)

@@ -32,6 +32,12 @@ def qkvx(b: int = B, h: int = H, n: int = N, dh: int = DH, seed: int = 1, requir
     return q, k, v, x
 
 
+def float64_inputs(lengths: list[int], n: int = N, seed: int = 1) -> tuple[dict[str, Tensor], Tensor]:
+    """Float64 ``q, k, v, x`` on DEVICE that require grad (for reference comparisons), and the mask."""
+    q, k, v, x = (t.double().to(DEVICE).requires_grad_(True) for t in qkvx(b=len(lengths), n=n, seed=seed))
+    return {"q": q, "k": k, "v": v, "x": x}, lengths_mask(lengths, n=n).to(DEVICE)
+
+
 def lengths_mask(lengths: list[int], n: int = N) -> Tensor:
     return torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx
+from tests.attention_harness import DEVICE, float64_inputs, lengths_mask, make_mixer, qkvx
 from tests.reference.abc import abc_reference
 from tests.reference.agreement import assert_same, grads_of, record_calls
 
@@ -22,10 +22,6 @@ def _mixer(name: str, train: bool, **overrides):
     return mixer
 
 
-def _inputs(lengths: list[int]):
-    q, k, v, x = (t.double().to(DEVICE).requires_grad_(True) for t in qkvx(b=len(lengths), n=N))
-    return {"q": q, "k": k, "v": v, "x": x}, lengths_mask(lengths, n=N).to(DEVICE)
-
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("padding", list(MASKS))
@@ -34,7 +30,7 @@ def _inputs(lengths: list[int]):
 def test_matches_reference(name, overrides, padding, mode):
     """memory_size 64 > N leaves slots empty; 8 < N makes slots hold several tokens (means)."""
     mixer = _mixer(name, mode == "train", **overrides)
-    inputs, mask = _inputs(MASKS[padding])
+    inputs, mask = float64_inputs(MASKS[padding], N)
     draws = record_calls(mixer, "random_slots")
     got = grads_of(lambda: (mixer(inputs["q"], inputs["k"], inputs["v"], mask, inputs["x"]), None), inputs, mixer)
     slots = draws[-1] if draws else None

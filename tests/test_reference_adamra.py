@@ -11,7 +11,7 @@ from omegaconf import OmegaConf
 from attention.adamra import AdaMRAAttention
 from attention.registry import CONF_DIR, build_mixer
 from attention.shell import MultiHeadAttention
-from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx
+from tests.attention_harness import DEVICE, float64_inputs, lengths_mask, make_mixer, qkvx
 from tests.reference.adamra import adamra_reference
 from tests.reference.agreement import assert_same, grads_of, record_calls
 
@@ -27,17 +27,13 @@ def _mixer(name: str, train: bool) -> AdaMRAAttention:
     return mixer
 
 
-def _inputs(lengths: list[int]):
-    q, k, v, x = (t.double().to(DEVICE).requires_grad_(True) for t in qkvx(b=len(lengths), n=N))
-    return {"q": q, "k": k, "v": v, "x": x}, lengths_mask(lengths, n=N).to(DEVICE)
-
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("padding", list(MASKS))
 @pytest.mark.parametrize("name", CONFIGS)
 def test_forward_matches_reference(name, padding, mode):
     mixer = _mixer(name, mode == "train")
-    inputs, mask = _inputs(MASKS[padding])
+    inputs, mask = float64_inputs(MASKS[padding], N)
     draws = record_calls(mixer, "random_heads")
     got = grads_of(lambda: (mixer(inputs["q"], inputs["k"], inputs["v"], mask, inputs["x"]), None), inputs, mixer)
     heads = draws[-1] if draws else None
@@ -59,7 +55,7 @@ def test_fused_shell_path_matches_reference(name, padding, mode):
     mixer = shell.mixer
     with torch.no_grad():
         mixer.head_weight.add_(0.3 * torch.randn(mixer.head_weight.shape, dtype=torch.float64).to(DEVICE))
-    inputs, mask = _inputs(MASKS[padding])
+    inputs, mask = float64_inputs(MASKS[padding], N)
     inputs = {"x": inputs["x"]}
     draws = record_calls(mixer, "random_heads")
     got = grads_of(lambda: (mixer.forward_input(inputs["x"], mask, shell.q_proj, shell.k_proj, shell.v_proj), None),

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx, softmax_reference
+from tests.attention_harness import DEVICE, float64_inputs, lengths_mask, make_mixer, qkvx, softmax_reference
 from tests.reference.agreement import assert_same, grads_of, record_calls
 from tests.reference.clustered import clustered_reference
 
@@ -16,10 +16,6 @@ MASKS = {"padded": [37, 23, 5, 0], "unpadded": [37, 37, 37]}  # 5 < k: padded ke
 SETTINGS = {"clusters": {"clusters": 5, "topk": 7, "iterations": 4}, "defaults": {}}
 
 
-def _inputs(lengths: list[int]):
-    q, k, v, x = (t.double().to(DEVICE).requires_grad_(True) for t in qkvx(b=len(lengths), n=N))
-    return {"q": q, "k": k, "v": v, "x": x}, lengths_mask(lengths, n=N).to(DEVICE)
-
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("padding", list(MASKS))
@@ -27,7 +23,7 @@ def _inputs(lengths: list[int]):
 @pytest.mark.parametrize("name", ["clustered", "i_clustered"])
 def test_matches_reference(name, setting, padding, mode):
     mixer = make_mixer(name, **SETTINGS[setting]).double().to(DEVICE).train(mode == "train")
-    inputs, mask = _inputs(MASKS[padding])
+    inputs, mask = float64_inputs(MASKS[padding], N)
     planes = record_calls(mixer, "hash_planes")
     got = grads_of(lambda: (mixer(inputs["q"], inputs["k"], inputs["v"], mask, inputs["x"]), None), inputs, mixer)
     shared = []

@@ -11,23 +11,20 @@ import torch
 import torch.multiprocessing as mp
 
 from attention.routing import RoutingAttention
-from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx
+from tests.attention_harness import DEVICE, float64_inputs, lengths_mask, make_mixer
 from tests.reference.agreement import RTOL, ATOL, assert_same, grads_of
 from tests.reference.routing import routing_reference
 from tests.reference.routing_ddp import routing_rank
 
-N = 37     # divides neither the window (8) nor the cluster count (8 = sqrt(64): w = 5)
+N = 37     # divides neither the window (8) nor the cluster size (w = ceil(64 / 7) = 10)
 MASKS = {"padded": [37, 23, 0], "unpadded": [37, 37, 37]}
-SETTINGS = {"window": 8, "decay": 0.7, "commitment": 0.3}  # a decay far from 1 makes the update visible
+SETTINGS = {"window": 8, "decay": 0.7, "commitment": 0.3, "n_clusters": 7}
+# decay far from 1 makes the update visible; 7 clusters do not divide max_len (64), so ceil != floor
 
 
 def _mixer(train: bool, **overrides):
     return make_mixer("routing", **{**SETTINGS, **overrides}).double().to(DEVICE).train(train)
 
-
-def _inputs(lengths: list[int], seed: int = 1):
-    q, k, v, x = (t.double().to(DEVICE).requires_grad_(True) for t in qkvx(b=len(lengths), n=N, seed=seed))
-    return {"q": q, "k": k, "v": v, "x": x}, lengths_mask(lengths, n=N).to(DEVICE)
 
 
 @pytest.mark.parametrize("mode", ["train", "eval"])
@@ -35,7 +32,7 @@ def _inputs(lengths: list[int], seed: int = 1):
 def test_matches_reference_with_centroid_update(padding, mode):
     train = mode == "train"
     mixer = _mixer(train)
-    inputs, mask = _inputs(MASKS[padding])
+    inputs, mask = float64_inputs(MASKS[padding], N)
     before = mixer.centroids.clone()
     got = grads_of(lambda: (mixer(inputs["q"], inputs["k"], inputs["v"], mask, inputs["x"]),
                             mixer.aux_loss if train else None), inputs, mixer)
@@ -58,7 +55,7 @@ def test_matches_reference_with_centroid_update(padding, mode):
 
 def test_commitment_loss_value():
     mixer = _mixer(True)
-    inputs, mask = _inputs(MASKS["padded"])
+    inputs, mask = float64_inputs(MASKS["padded"], N)
     before = mixer.centroids.clone()
     mixer(inputs["q"], inputs["k"], inputs["v"], mask, inputs["x"])
     aux = routing_reference(mixer, inputs["q"], inputs["k"], inputs["v"], mask, before)[1]
@@ -77,7 +74,7 @@ def test_ddp_centroid_update_uses_every_rank(tmp_path):
     from the two batches together (sums and counts all-reduced before the EMA)."""
     settings = {"n_heads": 2, "head_dim": 8, "max_len": 64, **SETTINGS}
     lengths = [[37, 20], [30, 37]]
-    parts = [[t.detach().cpu() for t in list(_inputs(lengths[r], seed=10 + r)[0].values())[:3]] for r in range(2)]
+    parts = [[t.detach().cpu() for t in list(float64_inputs(lengths[r], N, seed=10 + r)[0].values())[:3]] for r in range(2)]
     inputs = [(*parts[r], lengths_mask(lengths[r], n=N)) for r in range(2)]
     # fork: the ranks inherit the imported torch (a spawned child spends seconds re-importing it)
     mp.start_processes(routing_rank, args=(_free_port(), settings, inputs, str(tmp_path)), nprocs=2, join=True,
