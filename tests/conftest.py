@@ -28,7 +28,7 @@ TINY_LISTOPS = [
 
 
 # Tests use tiny tensors: one intra-op thread avoids oversubscribing the 2-core CI machine
-# (subprocesses started by tests keep torch's default).
+# (run.py subprocesses take conf's `threads: 1`).
 torch.set_num_threads(1)
 
 
