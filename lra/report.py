@@ -78,6 +78,14 @@ def _ratio_cell(value: float | None, base: float | None) -> Cell:
     return Cell(f"{value:.1f}{ratio}", value)
 
 
+def _memory_cell(value: float | None, base: float | None) -> Cell:
+    """A peak under MIN_FIT_MB is below what the CPU method resolves (an in-process run, say): shown
+    as such, never ranked or turned into a ratio."""
+    if value is not None and value < MIN_FIT_MB:
+        return Cell(f"<{MIN_FIT_MB:g} (unresolved)")
+    return _ratio_cell(value, base if base is None or base >= MIN_FIT_MB else None)
+
+
 MIN_FIT_MB = 1.0  # peaks below this are the CPU method's resolution (reused pages), not a size
 
 
@@ -117,13 +125,13 @@ def efficiency_table(key: tuple, group: dict[str, dict[str, Any]]) -> Table:
         fits = power_fits(rs)
         cells = [Cell(attn), Cell(OWN)]
         cells += [_ratio_cell(rs[n]["ms"] if n in rs else None, base.get(n, {}).get("ms")) for n in lengths]
-        cells += [_ratio_cell(rs[n]["peak_mb"] if n in rs else None, base.get(n, {}).get("peak_mb")) for n in lengths]
+        cells += [_memory_cell(rs[n]["peak_mb"] if n in rs else None, base.get(n, {}).get("peak_mb")) for n in lengths]
         own.append(cells + [_alpha_cell(f) for f in fits])
         raw: list[Any] = [attn, OWN]
         for n in lengths:
             r, b = rs.get(n), base.get(n)
             raw += [r["ms"] if r else None, b["ms"] / r["ms"] if r and b else None, r["peak_mb"] if r else None,
-                    b["peak_mb"] / r["peak_mb"] if r and b and r["peak_mb"] > 0 else None,
+                    b["peak_mb"] / r["peak_mb"] if r and b and min(r["peak_mb"], b["peak_mb"]) >= MIN_FIT_MB else None,
                     r["examples_per_s"] if r else None]
         for f in fits:
             raw += [f.alpha, f.low, f.high] if f is not None else [None] * 3

@@ -263,6 +263,19 @@ def test_fitted_scaling_exponents(tmp_path):
     assert "plots/scaling_table2_test-cpu.png" in plots and "time α [95% CI]" in md
 
 
+def test_unresolved_memory_peak_is_neither_ranked_nor_a_ratio(tmp_path):
+    """An in-process CPU bench can report a ~0 MB peak: shown as unresolved, never a 1000x 'win'."""
+    runs = tmp_path / "runs"
+    write_record(runs, "q", "bench", "text", "softmax", protocol="table2", efficiency=bench_block("table2", {1024: (100.0, 40.0)}))
+    write_record(runs, "l", "bench", "text", "linear", protocol="table2", efficiency=bench_block("table2", {1024: (10.0, 0.03)}))
+    md, files, _ = build_report(tmp_path)
+    row = next(line for line in md.splitlines() if line.startswith("| linear | run |"))
+    assert "<1 (unresolved)" in row and "x)" not in row.split("|")[4]
+    assert "**40.0 (1.00x)**" in md  # softmax's resolved peak is the best one
+    csv_row = {r["attention"]: r for r in _csv(files["tables/efficiency_table2_test-cpu.csv"])}["linear"]
+    assert csv_row["mb_ratio_1024"] == ""
+
+
 def test_protocols_custom_runs_and_devices_never_mix(tmp_path):
     """A mixed set: a xiong2021 run, a newer overridden one (the README's quick look), a quick run,
     an lra2020 run, and CPU bench runs: each lands in its own table."""
