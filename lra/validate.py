@@ -128,6 +128,13 @@ def _show(key: str, value: Any) -> str:
     return f"{key}={value!r}" if isinstance(value, str) else f"{key}={value}"
 
 
+def _unknown_choice(key: str, value: object, valid: list[str] | tuple[str, ...], label: str = "valid") -> str:
+    """``unknown key='value'; valid: a, b (did you mean key=a?)``."""
+    close = difflib.get_close_matches(str(value), list(valid), n=1)
+    return (f"unknown {key}={value!r}; {label}: {', '.join(valid)}"
+            + (f" (did you mean {key}={close[0]}?)" if close else ""))
+
+
 def check_config(cfg: DictConfig) -> list[str]:
     """Stage 2: every problem of the composed config at once, as one :class:`ConfigError`.
 
@@ -137,9 +144,7 @@ def check_config(cfg: DictConfig) -> list[str]:
     _check_resolution(cfg)
     mode = _select(cfg, "mode")
     if mode not in MODES:
-        close = difflib.get_close_matches(str(mode), MODES, n=1)
-        problems.append(f"unknown mode={mode!r}; valid modes: {', '.join(MODES)}"
-                        + (f" (did you mean mode={close[0]}?)" if close else ""))
+        problems.append(_unknown_choice("mode", mode, MODES, "valid modes"))
         mode = "train"
     for rule in RULES:
         if mode not in rule.modes:
@@ -162,9 +167,7 @@ def check_config(cfg: DictConfig) -> list[str]:
         from models.schedule import SCHEDULES  # math only
 
         if schedule not in SCHEDULES:
-            close = difflib.get_close_matches(str(schedule), list(SCHEDULES), n=1)
-            problems.append(f"unknown optim.schedule={schedule!r}; valid: {', '.join(SCHEDULES)}"
-                            + (f" (did you mean optim.schedule={close[0]}?)" if close else ""))
+            problems.append(_unknown_choice("optim.schedule", schedule, list(SCHEDULES)))
     resume = _select(cfg, "resume")
     if resume is not ABSENT and resume not in RESUME_MODES:
         problems.append(f"resume={resume!r} is not valid; use resume=auto (default), resume=true or resume=false")

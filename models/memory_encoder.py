@@ -10,8 +10,8 @@ With a summary (CLS) token at index 0 of the input, the token is processed last,
 its own that reads the final memory, and its output is returned at index 0 (the CLS pooler's
 place): the logits then depend on every segment.
 
-MRBP (``mrbp: true`` in training): each segment runs under non-reentrant checkpointing with the
-memory state as its boundary, so the forward pass keeps only the segment inputs and the memories,
+MRBP (``mrbp: true`` in training): each segment runs under checkpointing with the memory state as
+its boundary, so the forward pass keeps only the segment inputs and the memories,
 and the backward pass replays one segment at a time, back-propagating its output gradient and
 ``dL/dS_{t+1}`` (Algorithm 1). The checkpointing is the reentrant kind: its forward pass runs
 without building a graph (the "no gradient" of Algorithm 1 line 4) and its backward accumulates
