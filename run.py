@@ -7,7 +7,7 @@
 
 A mistake the user can fix (:class:`lra.badinput.UserError`: unknown name, invalid value, missing or
 corrupt data, bad checkpoint, unwritable folder) is found before any work where it can be
-(:mod:`lra.validate`) and printed alone, as one paragraph, with exit status 2; ``HYDRA_FULL_ERROR=1``
+(:mod:`lra.training.validate`) and printed alone, as one paragraph, with exit status 2; ``HYDRA_FULL_ERROR=1``
 shows its traceback. Any other exception is a bug and keeps its traceback.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from lra.badinput import EXIT_USER_ERROR, ConfigError, UserError
-from lra.validate import MODES, check_build, check_config, check_overrides, full_error_wanted
+from lra.training.validate import MODES, check_build, check_config, check_overrides, full_error_wanted
 
 log = logging.getLogger("run")
 CONF_DIR = Path(__file__).resolve().parent / "conf"
@@ -35,14 +35,14 @@ def dispatch(cfg: DictConfig):
     if cfg.mode not in MODES:
         raise ConfigError(f"unknown mode={cfg.mode!r}; valid modes: {', '.join(MODES)}")
     if cfg.mode in ("train", "test"):
-        from lra.train import run
+        from lra.training.train import run
 
         return run(cfg)
     if cfg.mode == "bench":
-        from lra.bench import run_bench
+        from lra.bench.harness import run_bench
 
         return run_bench(cfg)
-    from lra.report import run_report
+    from lra.report.build import run_report
 
     return run_report(cfg)
 
@@ -75,7 +75,7 @@ def main(cfg: DictConfig) -> float | None:
                 report_user_error(e)
             raise
         # In a sweep one failing job must not stop the others: its record and job_status say "failed".
-        from lra.hydra_callbacks import record_job_outcome
+        from lra.training.hydra_callbacks import record_job_outcome
 
         num = HydraConfig.get().job.num
         if isinstance(e, UserError):
@@ -86,7 +86,7 @@ def main(cfg: DictConfig) -> float | None:
         # the worst accuracy, so an Optuna study records the trial instead of aborting on NaN
         return float("-inf") if cfg.get("mode") == "train" else None
     if multirun:
-        from lra.hydra_callbacks import record_job_outcome
+        from lra.training.hydra_callbacks import record_job_outcome
 
         record_job_outcome("finished")
     if cfg.mode == "train" and isinstance(result, dict):

@@ -6,7 +6,7 @@ record) and parameter counts.
 * CPU (Linux): the kernel's resident-set high-water mark ``VmHWM`` of ``/proc/self/status``, reset
   at the start of the phase by writing ``5`` to ``/proc/self/clear_refs``. That is the process's
   real peak RSS during the phase (it includes the interpreter, libraries and anything the allocator
-  keeps; callers that want the phase's own need subtract a baseline, see :mod:`lra.bench`).
+  keeps; callers that want the phase's own need subtract a baseline, see :mod:`lra.bench.harness`).
 * CPU without a writable ``clear_refs`` (old kernels, hardened containers): ``VmHWM`` cannot be
   reset, so the figure is the peak since the process started, an upper bound of the phase's; the
   method name says so. Without ``/proc`` at all (macOS): ``ru_maxrss``, also lifetime.

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from lra.atomic import write_bytes, write_json
-from lra.cache import ensure_writable
+from lra.files import write_bytes, write_json
+from lra.files import ensure_writable
 from lra.stamp import stamp
 
 SCHEMA = 1
@@ -109,7 +109,7 @@ def is_rank_zero() -> bool:
 
 def hydra_overrides() -> list[str] | None:
     """The command-line overrides of this Hydra job (what the report uses to tell a protocol run from
-    a custom one, :mod:`lra.protocols`); None outside Hydra (unknown)."""
+    a custom one, :mod:`lra.report.protocols`); None outside Hydra (unknown)."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():

@@ -17,7 +17,7 @@ and the backward pass replays one segment at a time, back-propagating its output
 without building a graph (the "no gradient" of Algorithm 1 line 4) and its backward accumulates
 into ``.grad``, so train with ``loss.backward()`` (as Lightning does), not ``torch.autograd.grad``.
 On CPU a step costs about one extra forward pass (~1.5x BPTT); the kept state no longer grows with
-depth (figures: ``python -m lra.mrbp_bench``).
+depth (figures: ``python -m lra.bench.mrbp``).
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ import pytest
 from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
-from lra.train import build_network
+from lra.training.train import build_network
 from run import dispatch
 from tests.test_config import compose_run
 
@@ -49,7 +49,7 @@ def test_invalid_resume_value(tmp_path):
 
 
 def test_unknown_schedule():
-    from lra.train import build_module
+    from lra.training.train import build_module
 
     msg = _error(build_module, "optim.schedule=exp")
     assert "optim.schedule='exp'" in msg and "linear" in msg

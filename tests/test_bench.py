@@ -6,7 +6,8 @@ import torch
 
 from attention.base import Mixer
 from attention.softmax import SoftmaxAttention
-from lra import bench, footprint
+from lra.bench import harness as bench
+from lra import footprint
 from lra.records import load_records
 
 BALLAST_MB = 96

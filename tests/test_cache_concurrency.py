@@ -6,8 +6,8 @@ import multiprocessing as mp
 
 import numpy as np
 
-from lra.cache import is_complete
-from lra.listops import ListOpsDataModule
+from lra.data.cache import is_complete
+from lra.data.listops import ListOpsDataModule
 
 GEN = {"n_train": 300, "n_val": 20, "n_test": 20, "min_length": 5, "max_length": 60}
 

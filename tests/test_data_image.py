@@ -13,7 +13,7 @@ import pytest
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from lra.image import ImageDataModule, lra_grey
+from lra.data.image import ImageDataModule, lra_grey
 
 # (R, G, B) -> floor((0.2989 R + 0.5870 G + 0.1140 B) / 255 * 255.5), worked by hand
 GREY = {(0, 0, 0): 0, (255, 255, 255): 255, (255, 0, 0): 76, (0, 255, 0): 149, (0, 0, 255): 29,

@@ -11,8 +11,8 @@ from hydra import compose, initialize_config_dir
 from PIL import Image
 
 from lra.badinput import BadInput, BadInputError
-from lra.pathfinder import PathfinderDataModule, lra_split_indices, read_release, read_release_keyed, split_indices
-from lra.pathfinder_gen import _dilate, _geometry, generate_image, generate_release, lra_params, render
+from lra.data.pathfinder import PathfinderDataModule, lra_split_indices, read_release, read_release_keyed, split_indices
+from lra.data.pathfinder_gen import _dilate, _geometry, generate_image, generate_release, lra_params, render
 from tests.conftest import ROOT
 
 

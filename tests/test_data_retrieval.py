@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from lra.badinput import BadInput, BadInputError
-from lra.bytes import decode
-from lra.retrieval import FILES, RetrievalDataModule, read_tsv
+from lra.data.bytes import decode
+from lra.data.retrieval import FILES, RetrievalDataModule, read_tsv
 
 FIXTURE = Path(__file__).parent / "fixtures" / "aan_small.tsv"
 

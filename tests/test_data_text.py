@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from lra.bytes import decode
-from lra.text import TextDataModule, read_imdb_folder
+from lra.data.bytes import decode
+from lra.data.text import TextDataModule, read_imdb_folder
 
 
 def make_imdb(root: Path, n: int = 6) -> Path:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from lra.cache import is_complete
-from lra.listops import (VOCAB, VOCAB_SIZE, ListOpsDataModule, apply_op, encode, evaluate, generate,
+from lra.data.cache import is_complete
+from lra.data.listops import (VOCAB, VOCAB_SIZE, ListOpsDataModule, apply_op, encode, evaluate, generate,
                          generate_one, read_tsv, tokenize, write_tsv)
 
 
@@ -133,7 +133,7 @@ def test_interrupted_build_leaves_no_complete_cache(tmp_path, monkeypatch):
     def boom(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("lra.listops.encode", boom)
+    monkeypatch.setattr("lra.data.listops.encode", boom)
     with pytest.raises(KeyboardInterrupt):
         dm.prepare_data()
     assert not dm.cache_dir.exists()

@@ -2,8 +2,8 @@
 prefix a large parallel request gives, and long data work prints count/total progress lines."""
 from __future__ import annotations
 
-import lra.listops as listops
-from lra.progress import Progress
+import lra.data.listops as listops
+from lra.data.progress import Progress
 
 
 def test_small_request_stops_drawing_at_the_last_needed_expression(monkeypatch):
@@ -25,7 +25,7 @@ def test_small_request_stops_drawing_at_the_last_needed_expression(monkeypatch):
 
 def test_progress_lines_say_count_total_and_rate(capsys, monkeypatch):
     clock = iter([0.0, 5.0, 12.0, 13.0, 30.0])
-    monkeypatch.setattr("lra.progress.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("lra.data.progress.time.perf_counter", lambda: next(clock))
     shown = Progress("[listops] generating", 1000, "expressions", every_s=10)
     shown.update(100)  # t=5: too soon
     shown.update(240)  # t=12: a line

@@ -80,7 +80,7 @@ def test_callbacks_count_exactly_and_reach_record_and_logger(tmp_path):
     import pytorch_lightning as pl
     from pytorch_lightning.loggers import CSVLogger
 
-    from lra.profiling import ParameterCount, PeakMemoryMonitor, ThroughputMonitor
+    from lra.training.profiling import ParameterCount, PeakMemoryMonitor, ThroughputMonitor
     from models.module import LRAModule
 
     b, n = 4, 24

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from lra.atomic import write_json
+from lra.files import write_json
 from lra.records import RunRecord, load_records
 
 

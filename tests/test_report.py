@@ -15,9 +15,9 @@ import pytest
 from scipy import stats as st
 from omegaconf import OmegaConf
 
-from lra import reference as ref
-from lra.report import build_report, run_report
-from lra.smat import smat_scores
+from lra.report import reference as ref
+from lra.report.build import build_report, run_report
+from lra.report.smat import smat_scores
 from tests.conftest import TINY_LISTOPS
 
 # AdaMRA Table 3, normalised values as printed (speed, memory, accuracy) and SMAT

@@ -1,4 +1,4 @@
-"""The report's statistics (lra/stats.py) against independent computations: scipy's whole-test
+"""The report's statistics (lra/report/stats.py) against independent computations: scipy's whole-test
 functions (ttest_1samp, ttest_rel, linregress), binomial sums written out by hand, Holm by hand."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
-from lra import stats
+from lra.report import stats
 
 
 def test_t_interval_matches_scipy():

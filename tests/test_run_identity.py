@@ -13,10 +13,10 @@ import yaml
 from omegaconf import OmegaConf, open_dict
 
 from attention.registry import CONF_DIR
-from lra.forecast import RunForecast
-from lra.progress import human
-from lra.resume import GracefulStop, StopRequested, run_key
-from lra.threads import apply_threads
+from lra.training.forecast import RunForecast
+from lra.data.progress import human
+from lra.training.resume import GracefulStop, StopRequested, run_key
+from lra.training.threads import apply_threads
 
 
 def composed(*overrides: str, output_dir: str = "outputs/2026-01-01/10-00-00-000001_listops_softmax_s0"):
@@ -145,7 +145,7 @@ def test_a_live_identical_run_is_left_alone_a_killed_one_is_resumable():
     import subprocess
     import sys
 
-    from lra.resume import still_running
+    from lra.training.resume import still_running
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -162,9 +162,9 @@ def test_a_live_identical_run_is_left_alone_a_killed_one_is_resumable():
 def test_cpu_runs_point_at_the_quick_preset(caplog):
     import logging
 
-    from lra.forecast import cpu_hint
+    from lra.training.forecast import cpu_hint
 
-    with caplog.at_level(logging.INFO, logger="lra.forecast"):
+    with caplog.at_level(logging.INFO, logger="lra.training.forecast"):
         cpu_hint("xiong2021", "cpu")
         cpu_hint("quick", "cpu")
         cpu_hint("xiong2021", "gpu")

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lra.cache import save_split
-from lra.datamodule import CachedDataModule
+from lra.data.cache import save_split
+from lra.data.datamodule import CachedDataModule
 
 
 class _Toy(CachedDataModule):

@@ -1,4 +1,4 @@
-"""The report's W&B push returns only once its run is on disk (``lra/report_wandb.py``).
+"""The report's W&B push returns only once its run is on disk (``lra/report/wandb_push.py``).
 
 With wandb 0.31 ``run.finish()`` returns before the offline transaction log is flushed; the push must
 also shut the service down (``wandb.teardown``). A stand-in ``wandb`` module records the calls, so
@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from lra.report_wandb import push
+from lra.report.wandb_push import push
 
 
 class _Run:

@@ -20,7 +20,7 @@ Split (``task.datamodule.split``): ``lra`` (default) reproduces LRA's. LRA's tfd
 (``lra_benchmarks/data/pathfinder.py``) yields every metadata row under the key
 ``f"{field0}_{field1}_{n}"`` (``imgs/<k>_sample_<i>.png_<n>``, ``n`` = the row's 1-based number in its
 metadata file) into the tfds split named by the difficulty (``easy``/``intermediate``/``hard``); tfds
-stores a split in ``md5(split name + key)`` order (:func:`lra.tfds_source.tfds_order`), and LRA's
+stores a split in ``md5(split name + key)`` order (:func:`lra.data.tfds_source.tfds_order`), and LRA's
 input pipeline takes ``[:80%]``, ``[80%:90%]``, ``[90%:]`` of that order (tfds rounds each boundary
 to the closest example) and only THEN drops empty images. So the order is derived over every row,
 empty and unreadable ones included, and those are dropped after the cut; each split keeps tfds's
@@ -42,11 +42,11 @@ import numpy as np
 from filelock import FileLock
 from PIL import Image
 
-from lra import tfds_source
+from lra.data import tfds_source
 from lra.badinput import BadInput, BadInputError, ConfigError, DataMissingError
-from lra.cache import MARKER, is_complete, save_split, settings_key
-from lra.datamodule import CachedDataModule
-from lra.pathfinder_gen import DIFFICULTIES, RESOLUTIONS, generate_release, lra_params
+from lra.data.cache import MARKER, is_complete, save_split, settings_key
+from lra.data.datamodule import CachedDataModule
+from lra.data.pathfinder_gen import DIFFICULTIES, RESOLUTIONS, generate_release, lra_params
 
 NPY_MAGIC = b"\x93NUMPY"
 SPLIT_FRACTIONS = (0.8, 0.1, 0.1)

@@ -6,7 +6,7 @@ Data: CIFAR-10 from either
   ``tfds.data_source`` (no TensorFlow), or
 * ``folder``: the original python pickles ``cifar-10-batches-py/{data_batch_1..5,test_batch}``, put in
   tfds's record order (keys = the running index of the batch files, as tfds's builder uses; see
-  :mod:`lra.tfds_source`), so both sources give the same splits.
+  :mod:`lra.data.tfds_source`), so both sources give the same splits.
 
 ``source=auto`` (default) uses the folder when it exists, tfds otherwise. Splits as LRA:
 ``train[:90%]`` (45k) / ``train[90%:]`` (5k) / ``test`` (10k).
@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from lra import tfds_source
+from lra.data import tfds_source
 from lra.badinput import BadInputError, ConfigError, DataMissingError
-from lra.cache import save_split
-from lra.datamodule import CachedDataModule
+from lra.data.cache import save_split
+from lra.data.datamodule import CachedDataModule
 
 SOURCES = ("auto", "tfds", "folder")
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))

@@ -5,7 +5,7 @@ Data: IMDb reviews, 25k train / 25k test, labels neg=0 / pos=1, from either
 * ``tfds``: the ``imdb_reviews`` dataset of tensorflow-datasets, prepared as array_record and read
   with ``tfds.data_source`` (no TensorFlow), or
 * ``folder``: the original archive unpacked (``aclImdb/{train,test}/{neg,pos}/*.txt``); texts are
-  stripped like tfds does and put in tfds's record order (see :mod:`lra.tfds_source`; keys are the
+  stripped like tfds does and put in tfds's record order (see :mod:`lra.data.tfds_source`; keys are the
   archive paths ``aclImdb/train/pos/0_9.txt``), so both sources give the same arrays.
 
 ``source=auto`` (default) uses the folder when it exists, tfds otherwise.
@@ -23,11 +23,11 @@ from typing import Any
 
 import numpy as np
 
-from lra import bytes as byte_tok
-from lra import tfds_source
+from lra.data import bytes as byte_tok
+from lra.data import tfds_source
 from lra.badinput import BadInput, ConfigError, DataMissingError
-from lra.cache import save_split
-from lra.datamodule import CachedDataModule
+from lra.data.cache import save_split
+from lra.data.datamodule import CachedDataModule
 
 LABELS = ("neg", "pos")
 SOURCES = ("auto", "tfds", "folder")

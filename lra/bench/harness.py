@@ -60,7 +60,7 @@ import torch.nn.functional as F
 from lra.footprint import PeakMemory, count_parameters
 
 log = logging.getLogger(__name__)
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = ROOT / "conf"
 RESULT_TAG = "LRA_BENCH_RESULT "
 
@@ -300,7 +300,7 @@ def measure_isolated(spec: dict[str, Any], timeout_s: float | None = None) -> di
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     base = {"length": spec["length"], "batch_size": spec["batch_size"]}
     try:
-        proc = subprocess.run([sys.executable, "-m", "lra.bench", "--worker"], input=json.dumps(spec), text=True,
+        proc = subprocess.run([sys.executable, "-m", "lra.bench.harness", "--worker"], input=json.dumps(spec), text=True,
                               capture_output=True, cwd=ROOT, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return base | {"status": "timeout", "error": f"measurement exceeded bench.timeout_s={timeout_s}"}

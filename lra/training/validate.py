@@ -30,7 +30,7 @@ from typing import Any, Iterable
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from lra.badinput import ConfigError, DataMissingError, UserError
-from lra.cache import ensure_writable
+from lra.files import ensure_writable
 
 log = logging.getLogger(__name__)
 MODES = ("train", "test", "bench", "report")
@@ -388,8 +388,8 @@ def check_build(cfg: DictConfig) -> None:
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
-    from lra.cache import is_complete
-    from lra.train import build_module
+    from lra.data.cache import is_complete
+    from lra.training.train import build_module
 
     for where in ("trainer",):
         _check_target_keys(cfg.get(where), where)
@@ -407,7 +407,7 @@ def check_build(cfg: DictConfig) -> None:
             raise inner from None
         raise _explain(e, cfg) from e
     if cfg.get("ckpt_path"):
-        from lra.resume import check_checkpoint
+        from lra.training.resume import check_checkpoint
 
         check_checkpoint(module, cfg.ckpt_path)
     if not is_complete(datamodule.cache_dir):

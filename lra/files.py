@@ -1,4 +1,5 @@
-"""Crash-safe file writing: write to a temporary sibling, fsync, then rename into place."""
+"""Files every layer writes: crash-safe writes (a temporary sibling, fsync, then rename into place) and
+the writable-directory check that names the setting to change."""
 from __future__ import annotations
 
 import json
@@ -6,6 +7,11 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from lra.badinput import NotWritableError
+
+WHERE_SET = {"data dir": "LRA_DATA_DIR (or paths.data_dir)", "results dir": "LRA_RESULTS_DIR (or paths.results_dir)",
+             "checkpoint dir": "LRA_CHECKPOINT_DIR (or paths.checkpoint_dir)", "report out dir": "report.out_dir"}
 
 
 def _tmp_sibling(path: Path) -> tuple[int, str]:
@@ -40,3 +46,20 @@ def write_text(path: Path, text: str, exclusive: bool = False) -> None:
 
 def write_json(path: Path, obj: Any, exclusive: bool = False) -> None:
     write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n", exclusive=exclusive)
+
+
+def ensure_writable(directory: Path, what: str = "data dir") -> Path:
+    """Create ``directory`` or fail with a message naming it and the fix."""
+    directory = Path(directory).expanduser().resolve()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        probe = directory / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        setting = WHERE_SET.get(what, "the setting that names it")
+        raise NotWritableError(
+            f"{what} {directory} cannot be created or written ({e.strerror}); "
+            f"point {setting} at a writable directory"
+        ) from e
+    return directory

@@ -96,7 +96,7 @@ def scaling_plot(series: dict[str, list[tuple[int, float | None, float | None]]]
                  fits: dict[str, tuple[Any, Any]] | None = None, min_mb: float = 0.0) -> bytes:
     """``series``: variant -> [(length, ms, MB)]; missing figures (failed lengths) and peaks not above
     ``min_mb`` (below the memory method's resolution) are skipped.
-    ``fits``: variant -> (time fit, memory fit) with ``a`` and ``alpha`` (:class:`lra.stats.PowerFit`)."""
+    ``fits``: variant -> (time fit, memory fit) with ``a`` and ``alpha`` (:class:`lra.report.stats.PowerFit`)."""
     fig, (t_ax, m_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
     lengths = sorted({n for pts in series.values() for n, _, _ in pts})
     for i, name in enumerate(series):

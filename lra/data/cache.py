@@ -17,34 +17,14 @@ from typing import Any, Callable
 import numpy as np
 from filelock import FileLock
 
-from lra.atomic import write_json
-from lra.badinput import NotWritableError
+from lra.files import ensure_writable, write_json
 
 MARKER = "COMPLETE"
-WHERE_SET = {"data dir": "LRA_DATA_DIR (or paths.data_dir)", "results dir": "LRA_RESULTS_DIR (or paths.results_dir)",
-             "checkpoint dir": "LRA_CHECKPOINT_DIR (or paths.checkpoint_dir)", "report out dir": "report.out_dir"}
 
 
 def settings_key(settings: dict[str, Any]) -> str:
     blob = json.dumps(settings, sort_keys=True, default=str).encode()
     return hashlib.sha1(blob).hexdigest()[:12]
-
-
-def ensure_writable(directory: Path, what: str = "data dir") -> Path:
-    """Create ``directory`` or fail with a message naming it and the fix."""
-    directory = Path(directory).expanduser().resolve()
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        probe = directory / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as e:
-        setting = WHERE_SET.get(what, "the setting that names it")
-        raise NotWritableError(
-            f"{what} {directory} cannot be created or written ({e.strerror}); "
-            f"point {setting} at a writable directory"
-        ) from e
-    return directory
 
 
 def is_complete(directory: Path) -> bool:

@@ -35,11 +35,11 @@ from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
-from lra.atomic import write_text
+from lra.files import write_text
 from lra.badinput import BadInputError, ConfigError, DataMissingError
-from lra.cache import build_once, save_split, settings_key
-from lra.datamodule import CachedDataModule
-from lra.progress import Progress
+from lra.data.cache import build_once, save_split, settings_key
+from lra.data.datamodule import CachedDataModule
+from lra.data.progress import Progress
 
 OPERATORS = ("[MIN", "[MAX", "[MED", "[SM")
 END = "]"

@@ -8,14 +8,14 @@ first, then variant names; tasks in LRA order), fixed number formats.
 Rules, written down:
 
 * Accuracy (AdaMRA Table 1), with intervals, paired significance against softmax, accuracy by
-  length and learning curves: :mod:`lra.report_accuracy`. One table per training protocol, and a
+  length and learning curves: :mod:`lra.report.accuracy`. One table per training protocol, and a
   separate "custom" table per protocol for runs that overrode protocol-defining settings
-  (:mod:`lra.protocols`); published rows only beside runs of their own protocol.
+  (:mod:`lra.report.protocols`); published rows only beside runs of their own protocol.
 * Efficiency (AdaMRA Table 2): finished ``mode=bench`` records, one table per (bench protocol,
   device, batch size, task); the latest record per variant; ratios are softmax / variant (the
   paper's "improvement" factors: > 1 = faster or smaller than softmax); time and memory fitted to
   a N^alpha (alpha with its 95% interval). The published T4 figures are their own table.
-* SMAT (AdaMRA Table 3, eq. 10 in :mod:`lra.smat`): speed and memory of the ``smat`` bench at its
+* SMAT (AdaMRA Table 3, eq. 10 in :mod:`lra.report.smat`): speed and memory of the ``smat`` bench at its
   longest length, accuracy = the LRA average of protocol ``report.smat_protocol``; normalised over
   the suite's variants with all three figures. The published rows are their own table.
 * Bubble chart: the smat bench points; without a smat bench, the accuracy runs' own training
@@ -30,15 +30,15 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from lra import reference as ref
-from lra import report_accuracy as acc_
-from lra import stats
-from lra.atomic import write_bytes, write_text
+from lra.report import reference as ref
+from lra.report import accuracy as acc_
+from lra.report import stats
+from lra.files import write_bytes, write_text
 from lra.records import load_records
-from lra.report_accuracy import chrono as _chrono
-from lra.report_accuracy import order as _order
-from lra.smat import smat_scores
-from lra.tables import MISSING, Cell, Table, emphasise, slug
+from lra.report.accuracy import chrono as _chrono
+from lra.report.accuracy import order as _order
+from lra.report.smat import smat_scores
+from lra.report.tables import MISSING, Cell, Table, emphasise, slug
 
 log = logging.getLogger(__name__)
 OWN = "run"  # the source label of this suite's rows
@@ -146,7 +146,7 @@ def efficiency_table(key: tuple, group: dict[str, dict[str, Any]]) -> Table:
         "95% CI from the slope's t-distribution (n - 2 dof; [—] with two lengths); memory peaks under "
         f"{MIN_FIT_MB:g} MB are left out of the fit. α ≈ 2: quadratic, ≈ 1: linear; "
         "fixed costs (weights, activations outside attention) pull α down at short lengths.",
-        f"Memory method: {', '.join(methods) or 'unknown'} (see lra/bench.py). Bold = best, underlined = second.",
+        f"Memory method: {', '.join(methods) or 'unknown'} (see lra/bench/harness.py). Bold = best, underlined = second.",
         "Published figures were measured on other hardware: they are in their own table, never in this one.",
     ]
     return table
@@ -244,7 +244,7 @@ def training_points(group: acc_.AccuracyGroup, averages: dict[str, float]) -> tu
 
 def _accuracy_section(records: list[dict[str, Any]], results_dir: str | Path, metric: str,
                       compare: tuple[str, str] | None) -> tuple[list[Table], dict[str, bytes], list, dict[str, dict[str, float]]]:
-    from lra.plots import curve_plot, length_plot
+    from lra.report.plots import curve_plot, length_plot
 
     preds = acc_.Predictions(results_dir)
     tables: list[Table] = []
@@ -284,7 +284,7 @@ def build_report(results_dir: str | Path, metric: str = "test_acc", smat_protoco
                  compare: tuple[str, str] | list[str] | None = None) -> tuple[str, dict[str, str], dict[str, bytes]]:
     """report.md text, table files (relative path -> text) and plots (relative path -> PNG bytes).
     ``compare``: an extra pair of variants to test against each other (``report.compare``)."""
-    from lra.plots import bubble_chart, scaling_plot
+    from lra.report.plots import bubble_chart, scaling_plot
 
     if compare is not None and len(compare) != 2:
         raise ValueError(f"report.compare={list(compare)} must name two variants, e.g. report.compare=[adamra,linear]")
@@ -377,7 +377,7 @@ def run_report(cfg: Any) -> dict[str, Any]:
     log.info("report: %s (%d tables, %d plots)", out / "report.md", len(files) // 2, len(plots))
     result = {"report": str(out / "report.md"), "files": sorted(files) + sorted(plots)}
     if rc.get("wandb"):
-        from lra.report_wandb import push
+        from lra.report.wandb_push import push
 
         result["wandb_dir"] = push(out, result["files"], project=str(rc.get("wandb_project") or "lra-suite"))
         log.info("report pushed to W&B (%s)", result["wandb_dir"])

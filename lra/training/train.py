@@ -18,10 +18,10 @@ from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, Pr
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.badinput import ConfigError, DataMissingError
-from lra.forecast import RunForecast, StepProgressBar, cpu_hint
+from lra.training.forecast import RunForecast, StepProgressBar, cpu_hint
 from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, write_predictions
-from lra.resume import GracefulStop, StopRequested, check_checkpoint, find_previous, run_key
-from lra.threads import apply_threads
+from lra.training.resume import GracefulStop, StopRequested, check_checkpoint, find_previous, run_key
+from lra.training.threads import apply_threads
 from models.module import LRAModule
 from models.network import LRAClassifier
 

@@ -5,7 +5,7 @@ step-based progress bar whose ETA includes the validations still to come.
 Choices, written down:
 
 * A step is timed from ``on_train_batch_start`` to ``on_train_batch_end`` (wall clock, data loading
-  between steps excluded, like :mod:`lra.profiling`); the first ``skip`` steps of a (resumed) run are
+  between steps excluded, like :mod:`lra.training.profiling`); the first ``skip`` steps of a (resumed) run are
   not timed (allocator growth, first-call costs). The median of the timed steps is the step cost.
 * Before the first validation its cost is ESTIMATED as one third of a training step per validation
   batch (a forward pass of a backward-and-step training step, same batch size), and said to be an
@@ -24,7 +24,7 @@ import torch
 from pytorch_lightning.callbacks import RichProgressBar
 from pytorch_lightning.callbacks.progress.rich_progress import CustomTimeColumn
 
-from lra.progress import human
+from lra.data.progress import human
 
 log = logging.getLogger(__name__)
 FORWARD_SHARE = 1 / 3  # forward cost / (forward + backward + optimiser step), for the first estimate

@@ -17,9 +17,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from lra.atomic import write_json
+from lra.files import write_json
 from lra.badinput import EXIT_USER_ERROR, UserError
-from lra.cache import ensure_writable
+from lra.files import ensure_writable
 
 STATUS_FILE = "job_status.json"
 EXIT_SWEEP_FAILED = 1
@@ -37,7 +37,7 @@ def record_job_outcome(status: str, error: str | None = None) -> None:
 def stop_sweep(error: UserError) -> None:
     """Print a user error as one paragraph and end the whole multirun (callbacks' exceptions would
     only be warnings to Hydra; ``SystemExit`` is not)."""
-    from lra.validate import full_error_wanted
+    from lra.training.validate import full_error_wanted
 
     if full_error_wanted():
         raise error

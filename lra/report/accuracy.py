@@ -1,6 +1,6 @@
 """Accuracy side of the report: tables with intervals and significance marks, paired comparisons,
-accuracy by length and learning curves (statistics in :mod:`lra.stats`, protocol rules in
-:mod:`lra.protocols`).
+accuracy by length and learning curves (statistics in :mod:`lra.report.stats`, protocol rules in
+:mod:`lra.report.protocols`).
 
 Rules, written down:
 
@@ -30,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-from lra import reference as ref
-from lra import stats
-from lra.protocols import protocol_overrides
+from lra.report import reference as ref
+from lra.report import stats
+from lra.report.protocols import protocol_overrides
 from lra.records import load_predictions
-from lra.tables import MISSING, Cell, Table, emphasise, slug
+from lra.report.tables import MISSING, Cell, Table, emphasise, slug
 
 OWN = "run"
 SIGNIFICANT = "†"
@@ -256,7 +256,7 @@ def accuracy_table(group: AccuracyGroup, metric: str, preds: Predictions, comps:
         + ("" if tasks == list(ref.LRA_TASKS) else " (not the five-task LRA average)") + ".",
     ]
     if group.custom:
-        table.notes.append("Runs whose command line overrode protocol-defining settings (listed per row; lra/protocols.py): "
+        table.notes.append("Runs whose command line overrode protocol-defining settings (listed per row; lra/report/protocols.py): "
                            "not results of the protocol, never ranked against it.")
     else:
         refs = ref.accuracy_sources(group.protocol)

@@ -2,7 +2,7 @@
 
 A task subclasses :class:`CachedDataModule` and provides ``task_name``, ``settings()`` (everything
 that changes preprocessing: it names the cache) and ``build(tmp_dir)`` (writes the three splits with
-:func:`lra.cache.save_split`). Batches are dicts ``ids [B, N]``, ``mask [B, N]`` (True = real token)
+:func:`lra.data.cache.save_split`). Batches are dicts ``ids [B, N]``, ``mask [B, N]`` (True = real token)
 and ``label [B]``; a two-document task stores ``[M, 2, N]`` ids and gets ``[B, 2, N]`` batches.
 """
 from __future__ import annotations
@@ -17,8 +17,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from lra.badinput import ConfigError
-from lra.cache import build_once, ensure_writable, load_split, settings_key
-from lra.sampling import StepStreamSampler
+from lra.data.cache import build_once, load_split, settings_key
+from lra.files import ensure_writable
+from lra.data.sampling import StepStreamSampler
 
 SPLITS = ("train", "val", "test")
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """Profiling callbacks (on by default, ``conf/callbacks/default.yaml``): throughput, peak memory and
-parameter counts of a run. Each exposes ``record_fields()``, which :mod:`lra.train` merges into the
+parameter counts of a run. Each exposes ``record_fields()``, which :mod:`lra.training.train` merges into the
 run record's ``efficiency`` block, and logs its figures to the run's loggers and the Python logger.
 
 Choices, written down:

@@ -1,9 +1,9 @@
 """Memformer's Memory Replay Back-Propagation against full BPTT: peak memory and time of one
 training step (forward, loss, backward, AdamW step) over segment counts, as the paper's Table 3.
 
-    python -m lra.mrbp_bench --segments 2 4 8 16 32 --rounds 3 --threads 1
+    python -m lra.bench.mrbp --segments 2 4 8 16 32 --rounds 3 --threads 1
 
-Every measurement runs in a fresh subprocess through :func:`lra.bench.measure_isolated` (peak
+Every measurement runs in a fresh subprocess through :func:`lra.bench.harness.measure_isolated` (peak
 RSS reset per phase, the pre-model baseline subtracted, see :mod:`lra.footprint`); rounds are
 interleaved (BPTT, MRBP, BPTT, MRBP, ... for each length), and the table gives the median step
 time over all rounds and the largest peak. ``--cpu-time`` adds a second table: both models in this
@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from lra.bench import measure_isolated, pool_rounds
+from lra.bench.harness import measure_isolated, pool_rounds
 
 
 def spec(segments: int, mrbp: bool, args: argparse.Namespace) -> dict[str, Any]:

@@ -23,10 +23,10 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from lra import bytes as byte_tok
+from lra.data import bytes as byte_tok
 from lra.badinput import BadInput, BadInputError, DataMissingError
-from lra.cache import save_split
-from lra.datamodule import CachedDataModule
+from lra.data.cache import save_split
+from lra.data.datamodule import CachedDataModule
 
 FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
 

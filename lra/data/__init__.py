@@ -1,0 +1,6 @@
+"""Task data: one module per LRA task (``listops``, ``text``, ``retrieval``, ``image``, ``pathfinder``
+with its generator ``pathfinder_gen``), the shared DataModule (``datamodule``), the build-once cache
+(``cache``), readers (``bytes``, ``tfds_source``), the seeded sampler and progress lines.
+
+May import: the top-level ``lra`` modules. Never models, attention, training, bench or report.
+"""

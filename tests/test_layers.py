@@ -1,0 +1,89 @@
+"""The layers of ``lra/`` (see its package docstring) hold in the imports, not only in the tree.
+
+Every ``import`` statement is read, including those inside functions, so a lazy import cannot cross
+a layer unseen.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = {"badinput", "files", "records", "stamp", "footprint"}   # the modules at the top of lra/
+MODEL_SIDE = {"models", "attention"}
+# layer -> the layers (and model-side packages) its modules may import; its own layer is always allowed
+MAY_IMPORT: dict[str, set[str]] = {
+    "shared": {"shared"} | MODEL_SIDE,
+    "data": {"shared"},
+    "training": {"shared", "data"} | MODEL_SIDE,
+    "bench": {"shared"} | MODEL_SIDE,
+    "report": {"shared"},
+}
+# within "shared", the report may read records and write files, nothing that pulls in the models
+REPORT_SHARED = {"badinput", "files", "records", "stamp"}
+
+
+def layer_of(module: str) -> str | None:
+    """'lra.data.cache' -> 'data'; 'lra.records' -> 'shared'; 'models.network' -> 'models'."""
+    parts = module.split(".")
+    if parts[0] in MODEL_SIDE:
+        return parts[0]
+    if parts[0] != "lra" or len(parts) == 1:
+        return None
+    return "shared" if parts[1] in SHARED | {"__init__"} else parts[1]
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            # "from lra import x" names a module of lra: count it as lra.x
+            found += [(node.lineno, f"{node.module}.{a.name}" if node.module == "lra" else node.module)
+                      for a in node.names]
+    return found
+
+
+def lra_modules() -> list[Path]:
+    return sorted((ROOT / "lra").rglob("*.py"))
+
+
+def test_every_lra_module_belongs_to_a_layer() -> None:
+    top = {p.stem for p in (ROOT / "lra").glob("*.py")} - {"__init__"}
+    assert top == SHARED, f"modules at the top of lra/ must be the shared ones {sorted(SHARED)}; move {sorted(top - SHARED)} into a layer"
+    layers = {p.name for p in (ROOT / "lra").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert layers == set(MAY_IMPORT) - {"shared"}
+
+
+@pytest.mark.parametrize("path", lra_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_imports_point_down_the_layers(path: Path) -> None:
+    own = layer_of(".".join(path.relative_to(ROOT).with_suffix("").parts))
+    allowed = MAY_IMPORT[own] | {own}
+    wrong = []
+    for line, module in imports_of(path):
+        target = layer_of(module)
+        if target is None:
+            continue
+        if target not in allowed:
+            wrong.append(f"line {line}: {module} ({own} may import {sorted(allowed)})")
+        elif own == "report" and target == "shared" and module.split(".")[1] not in REPORT_SHARED:
+            wrong.append(f"line {line}: {module} (the report reads records; it may import lra.{sorted(REPORT_SHARED)})")
+    assert not wrong, f"{path.relative_to(ROOT)} imports across its layer:\n" + "\n".join(wrong)
+
+
+def test_models_and_attention_know_nothing_of_lra() -> None:
+    wrong = [f"{p.relative_to(ROOT)}:{line}: {m}" for d in MODEL_SIDE for p in sorted((ROOT / d).rglob("*.py"))
+             for line, m in imports_of(p) if layer_of(m) not in (None, *MODEL_SIDE)]
+    assert not wrong, "models/ and attention/ must not import the benchmark (lra/):\n" + "\n".join(wrong)
+
+
+def test_the_checker_sees_a_crossing(tmp_path: Path) -> None:
+    """The checker itself can fail: a data module importing the report, inside a function, is caught."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    from lra.report import stats\n    import lra.training.train\n")
+    found = [layer_of(m) for _, m in imports_of(bad)]
+    assert found == ["report", "training"]
+    assert not {"report", "training"} <= MAY_IMPORT["data"]
