@@ -66,7 +66,8 @@ def cpu_time_ratios(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m lra.bench.mrbp", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--segments", type=int, nargs="+", default=[2, 4, 8, 16, 32])
     p.add_argument("--segment-len", type=int, default=32)
     p.add_argument("--slots", type=int, default=32)
