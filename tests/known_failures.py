@@ -2,7 +2,7 @@
 
 Every case is ``xfail(strict=True)``: when a fix lands, the test XPASSes, the suite fails, and the
 entry must be deleted here. Keys are ``(check, variant)``; checks are named in the contract tests
-(``tests/test_attention_contract.py``, ``test_fuzz_attention.py``, ``test_pooling_reach.py``,
+(``tests/attention/test_attention_contract.py``, ``test_fuzz_attention.py``, ``test_pooling_reach.py``,
 ``test_attention_bf16.py``).
 """
 from __future__ import annotations

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from tests.mutants import Mutant
 
-STATE = "tests/test_reference_baselines_state.py::"
+STATE = "tests/attention/test_reference_baselines_state.py::"
 PADDING = STATE + "test_padding_to_twice_the_length_changes_nothing"
 REDRAW = STATE + "test_performer_features_redrawn_every_interval_training_steps_never_at_eval"
 LAYERS = STATE + "test_linformer_every_layer_owns_its_projections"
@@ -16,7 +16,7 @@ BFLOAT16 = STATE + "test_bigbird_plan_unchanged_by_bfloat16_cast"
 
 def ref(family: str, *more: str) -> tuple[str, ...]:
     """The family's reference test (values and gradients), plus any further targets."""
-    return (f"tests/test_reference_baselines.py::test_{family}_equals_reference", *more)
+    return (f"tests/attention/test_reference_baselines.py::test_{family}_equals_reference", *more)
 
 
 MUTANTS = [

@@ -2,9 +2,9 @@
 length and pooling reach, and bfloat16 dtype."""
 from tests.mutants import Mutant
 
-CONTRACT = "tests/test_attention_contract.py"
-REACH = "tests/test_pooling_reach.py"
-BF16_CAST = "tests/test_attention_bf16.py::test_cast_bf16_matches_float32"
+CONTRACT = "tests/attention/test_attention_contract.py"
+REACH = "tests/attention/test_pooling_reach.py"
+BF16_CAST = "tests/attention/test_attention_bf16.py::test_cast_bf16_matches_float32"
 
 MUTANTS = [
     Mutant("contract-shell-train-unmasked", "attention/shell.py",

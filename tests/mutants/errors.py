@@ -1,27 +1,27 @@
 """Mutants of the user-error, W&B push and Pathfinder-reader work (issue 17, sections 3, 4, 6)."""
 from tests.mutants import Mutant
 
-VALIDATE = ("tests/test_validate.py",)
+VALIDATE = ("tests/training/test_validate.py",)
 MUTANTS = [
     Mutant("errors-wandb-no-teardown", "lra/report/wandb_push.py",
            "        if teardown is not None:\n            teardown()\n", "        pass\n",
-           "push returns before wandb 0.31 flushed the offline run", ("tests/test_wandb_push.py",)),
+           "push returns before wandb 0.31 flushed the offline run", ("tests/report/test_wandb_push.py",)),
     Mutant("errors-pathfinder-bytes-as-repr", "lra/data/pathfinder.py",
            'return field.decode("utf-8", "replace") if isinstance(field, bytes) else str(field)', "return str(field)",
            "Python 2 (bytes) npy metadata read as \"b'imgs/0'\"",
-           ("tests/test_data_pathfinder.py::test_metadata_text_unicode_and_bytes",)),
+           ("tests/data/test_data_pathfinder.py::test_metadata_text_unicode_and_bytes",)),
     Mutant("errors-lra-split-over-readable-only", "lra/data/pathfinder.py",
            "    order = tfds_source.tfds_order(all_keys, split_name)\n    n = len(all_keys)",
            "    order = tfds_source.tfds_order(keys, split_name)\n    n, all_keys = len(keys), keys",
            "LRA's cut taken after dropping empty images (LRA slices first)",
-           ("tests/test_data_pathfinder.py::test_lra_split_reproduces_tfds_order_and_cut",)),
+           ("tests/data/test_data_pathfinder.py::test_lra_split_reproduces_tfds_order_and_cut",)),
     Mutant("errors-lra-split-floor", "lra/data/pathfinder.py",
            "return int(round(percent * n / 100.0))", "return int(percent * n / 100.0)",
            "split boundary floored instead of tfds's closest rounding",
-           ("tests/test_data_pathfinder.py::test_lra_split_reproduces_tfds_order_and_cut",)),
+           ("tests/data/test_data_pathfinder.py::test_lra_split_reproduces_tfds_order_and_cut",)),
     Mutant("errors-truncation-strict", "lra/data/datamodule.py",
            "cut, total = int((lengths >= self.max_len).sum())", "cut, total = int((lengths > self.max_len).sum())",
-           "a sequence cut at exactly max_len is not counted (stored lengths are capped)", ("tests/test_truncation.py",)),
+           "a sequence cut at exactly max_len is not counted (stored lengths are capped)", ("tests/data/test_truncation.py",)),
     Mutant("errors-lr-zero-accepted", "lra/training/validate.py",
            'Rule("optim.lr", "number", 0, low_open=True,', 'Rule("optim.lr", "number", 0, low_open=False,',
            "an open bound checked as closed: optim.lr=0 passes", VALIDATE),

@@ -5,7 +5,7 @@ from tests.mutants import Mutant
 
 MEM = "attention/memformer.py"
 ENC = "models/memory_encoder.py"
-TESTS = ("tests/test_attention_memformer.py",)
+TESTS = ("tests/attention/test_attention_memformer.py",)
 
 MUTANTS = [
     Mutant("memformer-write-without-own-slot", MEM,

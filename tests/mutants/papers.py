@@ -5,9 +5,9 @@ from __future__ import annotations
 from tests.mutants import Mutant
 
 ADAMRA, ABC, CLU, ROU = "attention/adamra.py", "attention/abc.py", "attention/clustered.py", "attention/routing.py"
-T_ADAMRA = "tests/test_reference_adamra.py"
-T_ADAMRA_REF = "tests/test_reference_adamra.py::test_forward_matches_reference"
-T_ABC, T_CLU, T_ROU = "tests/test_reference_abc.py", "tests/test_reference_clustered.py", "tests/test_reference_routing.py"
+T_ADAMRA = "tests/attention/test_reference_adamra.py"
+T_ADAMRA_REF = "tests/attention/test_reference_adamra.py::test_forward_matches_reference"
+T_ABC, T_CLU, T_ROU = "tests/attention/test_reference_abc.py", "tests/attention/test_reference_clustered.py", "tests/attention/test_reference_routing.py"
 
 MUTANTS = [
     # AdaMRA
@@ -36,7 +36,7 @@ MUTANTS = [
            "(max(n, self.max_len), rows), generator=g, device=mask.device)",
            "(rows, n), generator=g, device=mask.device).T",
            "training routes drawn row-major over the padded shape: padding changes real tokens' heads",
-           ("tests/test_attention_contract.py::test_padded_length_invariance_train",)),
+           ("tests/attention/test_attention_contract.py::test_padded_length_invariance_train",)),
     # ABC
     Mutant("papers-abc-mlp-normalised-over-slots", ABC, "return torch.softmax(logits, dim=2) * real",
            "return torch.softmax(logits, dim=3) * real", "eq. 12 normalised over slots, not over the sequence",
@@ -94,5 +94,5 @@ MUTANTS = [
            (T_ROU,)),
     Mutant("papers-routing-cluster-size-from-padding", ROU, "w = min(n, -(-self.max_len // self.n_clusters))",
            "w = min(n, -(-n // self.n_clusters))", "cluster size from the padded length: padding moves membership",
-           ("tests/test_attention_contract.py::test_padded_length_invariance_eval",)),
+           ("tests/attention/test_attention_contract.py::test_padded_length_invariance_eval",)),
 ]

@@ -1,8 +1,8 @@
 """Bugs the report's statistics and table rules must not let through."""
 from tests.mutants import Mutant
 
-STATS = "tests/test_report_stats.py"
-REPORT = "tests/test_report.py"
+STATS = "tests/report/test_report_stats.py"
+REPORT = "tests/report/test_report.py"
 
 MUTANTS = [
     Mutant("report-holm-no-running-max", "lra/report/stats.py",

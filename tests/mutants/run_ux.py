@@ -1,7 +1,7 @@
 """Bugs of the newcomer path: run identity (resume/skip), Ctrl-C, threads, forecast, ListOps draws."""
 from tests.mutants import Mutant
 
-IDENT = ("tests/test_run_identity.py",)
+IDENT = ("tests/training/test_run_identity.py",)
 MUTANTS = [
     Mutant("run_ux-key-has-logger", "lra/training/resume.py",
            'IDENTITY = ("mode", "task",', 'IDENTITY = ("logger", "paths", "mode", "task",',
@@ -34,5 +34,5 @@ MUTANTS = [
            "an ETA that leaves validation out (hours short on ListOps)", IDENT),
     Mutant("run_ux-listops-draws-whole-chunks", "lra/data/listops.py",
            "map(_accepted, batch)", "map(_chunk, batch)",
-           "a 400-expression request draws every tree of its chunks (80k, 31 s)", ("tests/test_listops_draws.py",)),
+           "a 400-expression request draws every tree of its chunks (80k, 31 s)", ("tests/data/test_listops_draws.py",)),
 ]

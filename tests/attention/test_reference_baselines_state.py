@@ -9,7 +9,7 @@ import torch
 
 from attention.performer import orthogonal_gaussian
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer
-from tests.test_reference_baselines import CASES, F64, IDS, inputs
+from tests.attention.test_reference_baselines import CASES, F64, IDS, inputs
 
 
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])

@@ -13,7 +13,7 @@ from lra.badinput import BadInput, BadInputError
 from lra.data.bytes import decode
 from lra.data.retrieval import FILES, RetrievalDataModule, read_tsv
 
-FIXTURE = Path(__file__).parent / "fixtures" / "aan_small.tsv"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "aan_small.tsv"
 
 
 def test_tsv_quotes_are_plain_characters_and_bad_rows_are_reported():
@@ -73,7 +73,7 @@ def test_missing_files_fail_before_training_with_steps(tmp_path):
 def test_text_and_retrieval_end_to_end(cli):
     """task=text and task=retrieval (two documents per example, dual head) through run.py, as one
     multirun so the two share the interpreter start-up; data at the default places under data_dir."""
-    from tests.test_data_text import make_imdb
+    from tests.data.test_data_text import make_imdb
 
     data = cli.cwd / "data"
     make_imdb(data, n=10)

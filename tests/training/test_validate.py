@@ -1,4 +1,4 @@
-"""lra/training/validate.py and the sweep summary in-process (fast); tests/test_user_errors.py runs the same
+"""lra/training/validate.py and the sweep summary in-process (fast); tests/training/test_user_errors.py runs the same
 checks through run.py as a user meets them."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from attention.registry import CONF_DIR
 from lra.badinput import ConfigError, NotWritableError
 from lra.training.hydra_callbacks import STATUS_FILE, SweepSummary, summarize
 from lra.training.validate import check_config, check_overrides, suggest
-from tests.test_config import compose_run
+from tests.training.test_config import compose_run
 
 
 def _problem(*overrides: str) -> str:

@@ -7,7 +7,7 @@ import pytest
 
 from attention.registry import config_names
 from tests.conftest import TINY_LISTOPS
-from tests.test_config import compose_run
+from tests.training.test_config import compose_run
 
 EXPERIMENTS = config_names("experiment")
 TASKS = config_names("task")

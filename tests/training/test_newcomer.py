@@ -1,6 +1,6 @@
 """A newcomer's first day, through run.py with the DEFAULT logger (csv) and with W&B (offline):
 the same command after Ctrl-C or SIGKILL resumes the one record; after it finished, it is skipped;
-a sweep run twice trains nothing the second time. (tests/test_resume.py checks, with logger=none,
+a sweep run twice trains nothing the second time. (tests/training/test_resume.py checks, with logger=none,
 that a resumed run ends exactly where an uninterrupted one ends.)"""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tests.conftest import TINY_LISTOPS, run_cli
-from tests.test_resume import records, start, wait_for_checkpoint
+from tests.training.test_resume import records, start, wait_for_checkpoint
 
 pytestmark = pytest.mark.slow
 DATA = [a for a in TINY_LISTOPS if not a.startswith("logger=")]  # the default logger, csv

@@ -7,7 +7,7 @@ from hydra.utils import instantiate
 
 from lra.training.train import build_network
 from run import dispatch
-from tests.test_config import compose_run
+from tests.training.test_config import compose_run
 
 
 def _error(fn, *overrides: str) -> str:
