@@ -60,47 +60,51 @@ from attention.masking import neg_fill, pad_to_multiple, zero_padded
 def block_local_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window: int) -> Tensor:
     """Softmax attention within non-overlapping blocks of ``window`` positions; ``[B,H,N,D]``."""
     b, h, n, d = q.shape
-    qb, kb, vb = (_blocks(t, window) for t in (q, k, v))
-    out = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=_block_key_bias(mask, window, q.dtype))
-    return out.reshape(b, h, -1, d)[:, :, :n]
+    out = F.scaled_dot_product_attention(*(_blocks(t, window) for t in (q, k, v)),
+                                         attn_mask=_block_key_bias(mask, window, q.dtype))
+    return _unblock(out, b, n)
 
 
 def _blocks(t: Tensor, window: int) -> Tensor:
-    """``[B,H,N,D]`` -> ``[B,H,N/window,window,D]`` (zero-padded to a multiple of ``window``)."""
+    """``[B,H,N,D]`` -> ``[B*N/window, H, window, D]`` (zero-padded to a multiple of ``window``): the
+    4-d layout of PyTorch's fused (flash) attention, a view of the shell's ``[B,N,H,D]`` projections."""
     b, h, _, d = t.shape
-    return pad_to_multiple(t, window, dim=2).reshape(b, h, -1, window, d)
+    return pad_to_multiple(t.transpose(1, 2), window, dim=1).reshape(-1, window, h, d).transpose(1, 2)
+
+
+def _unblock(t: Tensor, b: int, n: int) -> Tensor:
+    """Inverse of :func:`_blocks`: ``[B*nb, H, window, D]`` -> ``[B,H,N,D]``."""
+    return t.transpose(1, 2).reshape(b, -1, t.shape[1], t.shape[3])[:, :n].transpose(1, 2)
 
 
 def _block_key_bias(mask: Tensor, window: int, dtype: torch.dtype) -> Tensor:
-    """Additive key bias ``[B,1,N/window,1,window]``: 0 for real keys, a finite large negative for
-    padded ones (a fully padded block stays NaN-free; its query rows are zeroed by the caller)."""
+    """Additive key bias ``[B*nb,1,1,window]``: 0 for real keys, a finite large negative for padded
+    ones (a fully padded block stays NaN-free; its query rows are zeroed by the caller)."""
     real = pad_to_multiple(mask, window, dim=1, value=False)
     bias = torch.zeros(real.shape, dtype=dtype, device=mask.device).masked_fill(~real, neg_fill(dtype))
-    return bias.view(mask.shape[0], 1, -1, 1, window)
+    return bias.view(-1, 1, 1, window)
 
 
 def fallback_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, need: Tensor, window: int) -> Tensor:
     """:func:`block_local_attention` computed only for the queries with ``need [B,H,N]`` True; zero
     rows elsewhere. Each block's needed queries are packed into ``cap`` slots, ``cap`` the largest
     count of any block (one scalar read back), so the work shrinks with the share of needed queries
-    while shapes stay rectangular; spare slots compute a real row and are multiplied by 0."""
+    while shapes stay rectangular; spare slots compute a row that is multiplied by 0."""
     b, h, n, d = q.shape
-    qb, kb, vb = (_blocks(t, window) for t in (q, k, v))
-    needb = pad_to_multiple(need, window, dim=2, value=False).view(b, h, -1, window)
-    counts = needb.sum(-1)                                                  # [B,H,nb]
+    qb, kb, vb = (_blocks(t, window) for t in (q, k, v))                    # [B*nb,H,window,D]
+    needb = _blocks(need[..., None], window)[..., 0]                        # [B*nb,H,window]
+    counts = needb.sum(-1)                                                  # [B*nb,H]
     cap = int(counts.amax())
     if cap == 0:
         return torch.zeros_like(q)
     # Positions of the needed queries first, in order (a stable sort of "not needed").
-    pos = torch.sort((~needb).to(torch.uint8), dim=-1, stable=True).indices[..., :cap]   # [B,H,nb,cap]
+    pos = torch.sort((~needb).to(torch.uint8), dim=-1, stable=True).indices[..., :cap]   # [B*nb,H,cap]
     valid = torch.arange(cap, device=q.device) < counts[..., None]
-    picked = qb.gather(3, pos[..., None].expand(-1, -1, -1, -1, d))                     # [B,H,nb,cap,D]
+    picked = qb.gather(2, pos[..., None].expand(-1, -1, -1, d))                          # [B*nb,H,cap,D]
     out = F.scaled_dot_product_attention(picked, kb, vb, attn_mask=_block_key_bias(mask, window, q.dtype))
     out = out * valid[..., None].to(out.dtype)
-    flat = (pos + torch.arange(0, qb.shape[2] * window, window, device=q.device)[:, None]).flatten(2)
-    full = q.new_zeros(b, h, qb.shape[2] * window, d).scatter_add(2, flat[..., None].expand(-1, -1, -1, d),
-                                                                  out.flatten(2, 3))
-    return full[:, :, :n]
+    full = qb.new_zeros(qb.shape).scatter_add(2, pos[..., None].expand(-1, -1, -1, d), out)
+    return _unblock(full, b, n)
 
 
 def _take(t: Tensor, idx: Tensor) -> Tensor:
