@@ -103,7 +103,7 @@ def fallback_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, need: Tens
     picked = qb.gather(2, pos[..., None].expand(-1, -1, -1, d))                          # [B*nb,H,cap,D]
     out = F.scaled_dot_product_attention(picked, kb, vb, attn_mask=_block_key_bias(mask, window, q.dtype))
     out = out * valid[..., None].to(out.dtype)
-    full = qb.new_zeros(qb.shape).scatter_add(2, pos[..., None].expand(-1, -1, -1, d), out)
+    full = out.new_zeros(qb.shape).scatter_add(2, pos[..., None].expand(-1, -1, -1, d), out)
     return _unblock(full, b, n)
 
 
