@@ -43,6 +43,21 @@ Choices the paper leaves open, written down:
   fewer than w real tokens), are masked as keys, their query outputs are zeroed, and they never
   move a centroid nor enter the commitment loss.
 * Attention scale 1/sqrt(D) on the layer-normed vectors (norm sqrt(D)), as in softmax attention.
+
+How it is computed (same values as the plain form the float64 reference writes out):
+
+* Clusters are combined without per-cluster log-sum-exps: a layer-normed vector has norm <= sqrt(D),
+  so every logit is <= sqrt(D) and ``exp(logit - sqrt(D))`` lies in ``[exp(-2 sqrt(D)), 1]`` (no
+  overflow, no underflow in float32 or bfloat16; float16 keeps these weights in float32). Each query
+  sums its clusters' unnormalised numerators and masses and divides once: softmax over the union.
+* The fallback is computed only for the queries no cluster took (about 1/e of them for balanced
+  top-w membership), not for every query of every routing head: each block's untaken queries are
+  packed into as many slots as the fullest block needs. Reading that count back is the one host
+  synchronisation of the forward; it keeps the shapes rectangular (fused kernels, no per-block loop).
+* Block attention (local heads and fallback) runs through PyTorch's fused attention
+  (``scaled_dot_product_attention`` on 4-d views of the shell's ``[B, N, H, D]`` projections), so no
+  ``[window, window]`` probability matrix is stored for the backward pass.
+* The centroid statistics are sums by index (``index_add_``), not a ``[B, H, N, C]`` one-hot.
 """
 from __future__ import annotations
 
