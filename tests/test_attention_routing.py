@@ -69,6 +69,20 @@ def test_fallback_is_block_local_attention_on_the_needed_queries_only():
     assert fallback_attention(q, k, v, mask, torch.zeros_like(need), window).abs().sum() == 0
 
 
+
+def test_padded_keys_in_a_short_rows_clusters_get_no_weight():
+    """A row with fewer real tokens than the cluster size w fills every cluster with padded keys:
+    they must get no weight, so the real outputs ignore what sits at padded positions."""
+    q, k, v, x = qkvx()
+    q2, k2, v2, _ = qkvx(seed=5)
+    mask = lengths_mask(LENGTHS)                     # the 9-token row: 9 < w = ceil(37 / 2) = 19
+    mixer = make_mixer("routing", n_clusters=2, local_heads=0, max_len=N).eval()
+    pad = ~mask[:, None, :, None]
+    out = mixer(q, k, v, mask, x)
+    out2 = mixer(torch.where(pad, q2, q), torch.where(pad, k2, k), torch.where(pad, v2, v), mask, x)
+    torch.testing.assert_close(out, out2, **TOL)
+
+
 def memberships(mixer, q, k, mask):
     """Each cluster's top-w queries and keys, recomputed from the mixer's centroids."""
     mu = mixer.centroids
