@@ -159,12 +159,17 @@ class RoutingAttention(Mixer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         n, nl = q.shape[2], self.local_heads
         window = min(self.window, n)
+        # split (not slices): its backward concatenates the heads' gradients instead of zero-filling
+        # a full-size gradient per slice.
+        (ql, qr), (kl, kr), (vl, vr) = (t.split([nl, q.shape[1] - nl], dim=1) for t in (q, k, v))
         outs = []
         if nl > 0:
-            outs.append(block_local_attention(q[:, :nl], k[:, :nl], v[:, :nl], mask, window))
+            outs.append(block_local_attention(ql, kl, vl, mask, window))
         if nl < q.shape[1]:
-            outs.append(self._route(q[:, nl:], k[:, nl:], v[:, nl:], mask, window))
-        return zero_padded(torch.cat(outs, dim=1) if len(outs) > 1 else outs[0], mask)
+            outs.append(self._route(qr, kr, vr, mask, window))
+        # Heads joined in [B, N, H, D] memory: the shell's output projection then reads a view.
+        out = torch.cat([o.transpose(1, 2) for o in outs], dim=2).transpose(1, 2)
+        return zero_padded(out, mask)
 
     def _route(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window: int) -> Tensor:
         b, h, n, d = q.shape
