@@ -82,7 +82,8 @@ def block_local_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window:
 
 def _blocks(t: Tensor, window: int) -> Tensor:
     """``[B,H,N,D]`` -> ``[B*N/window, H, window, D]`` (zero-padded to a multiple of ``window``): the
-    4-d layout of PyTorch's fused (flash) attention, a view of the shell's ``[B,N,H,D]`` projections."""
+    4-d layout of PyTorch's fused (flash) attention; a view of the shell's ``[B,N,H,D]`` projections when
+    the heads' memory allows (all heads, or one), a copy otherwise."""
     b, h, _, d = t.shape
     return pad_to_multiple(t.transpose(1, 2), window, dim=1).reshape(-1, window, h, d).transpose(1, 2)
 
