@@ -43,6 +43,21 @@ Choices the paper leaves open, written down:
   fewer than w real tokens), are masked as keys, their query outputs are zeroed, and they never
   move a centroid nor enter the commitment loss.
 * Attention scale 1/sqrt(D) on the layer-normed vectors (norm sqrt(D)), as in softmax attention.
+
+How it is computed (same values as the plain form the float64 reference writes out):
+
+* Clusters are combined without per-cluster log-sum-exps: a layer-normed vector has norm <= sqrt(D),
+  so every logit is <= sqrt(D) and ``exp(logit - sqrt(D))`` lies in ``[exp(-2 sqrt(D)), 1]`` (no
+  overflow, no underflow in float32 or bfloat16; float16 keeps these weights in float32). Each query
+  sums its clusters' unnormalised numerators and masses and divides once: softmax over the union.
+* The fallback is computed only for the queries no cluster took (about 1/e of them for balanced
+  top-w membership), not for every query of every routing head: each block's untaken queries are
+  packed into as many slots as the fullest block needs. Reading that count back is the one host
+  synchronisation of the forward; it keeps the shapes rectangular (fused kernels, no per-block loop).
+* Block attention (local heads and fallback) runs through PyTorch's fused attention
+  (``scaled_dot_product_attention`` on 4-d views of the shell's ``[B, N, H, D]`` projections), so no
+  ``[window, window]`` probability matrix is stored for the backward pass.
+* The centroid statistics are sums by index (``index_add_``), not a ``[B, H, N, C]`` one-hot.
 """
 from __future__ import annotations
 
@@ -60,12 +75,52 @@ from attention.masking import neg_fill, pad_to_multiple, zero_padded
 def block_local_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window: int) -> Tensor:
     """Softmax attention within non-overlapping blocks of ``window`` positions; ``[B,H,N,D]``."""
     b, h, n, d = q.shape
-    qb, kb, vb = (pad_to_multiple(t, window, dim=2).view(b, h, -1, window, d) for t in (q, k, v))
-    real = pad_to_multiple(mask, window, dim=1, value=False).view(b, 1, -1, 1, window)
-    logits = qb @ kb.transpose(-1, -2) / math.sqrt(d)
-    logits = logits.masked_fill(~real, neg_fill(q.dtype))
-    out = torch.softmax(logits, dim=-1) @ vb
-    return out.reshape(b, h, -1, d)[:, :, :n]
+    out = F.scaled_dot_product_attention(*(_blocks(t, window) for t in (q, k, v)),
+                                         attn_mask=_block_key_bias(mask, window, q.dtype))
+    return _unblock(out, b, n)
+
+
+def _blocks(t: Tensor, window: int) -> Tensor:
+    """``[B,H,N,D]`` -> ``[B*N/window, H, window, D]`` (zero-padded to a multiple of ``window``): the
+    4-d layout of PyTorch's fused (flash) attention; a view of the shell's ``[B,N,H,D]`` projections when
+    the heads' memory allows (all heads, or one), a copy otherwise."""
+    b, h, _, d = t.shape
+    return pad_to_multiple(t.transpose(1, 2), window, dim=1).reshape(-1, window, h, d).transpose(1, 2)
+
+
+def _unblock(t: Tensor, b: int, n: int) -> Tensor:
+    """Inverse of :func:`_blocks`: ``[B*nb, H, window, D]`` -> ``[B,H,N,D]``."""
+    return t.transpose(1, 2).reshape(b, -1, t.shape[1], t.shape[3])[:, :n].transpose(1, 2)
+
+
+def _block_key_bias(mask: Tensor, window: int, dtype: torch.dtype) -> Tensor:
+    """Additive key bias ``[B*nb,1,1,window]``: 0 for real keys, a finite large negative for padded
+    ones (a fully padded block stays NaN-free; its query rows are zeroed by the caller)."""
+    real = pad_to_multiple(mask, window, dim=1, value=False)
+    bias = torch.zeros(real.shape, dtype=dtype, device=mask.device).masked_fill(~real, neg_fill(dtype))
+    return bias.view(-1, 1, 1, window)
+
+
+def fallback_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, need: Tensor, window: int) -> Tensor:
+    """:func:`block_local_attention` computed only for the queries with ``need [B,H,N]`` True; zero
+    rows elsewhere. Each block's needed queries are packed into ``cap`` slots, ``cap`` the largest
+    count of any block (one scalar read back), so the work shrinks with the share of needed queries
+    while shapes stay rectangular; spare slots compute a row that is multiplied by 0."""
+    b, h, n, d = q.shape
+    qb, kb, vb = (_blocks(t, window) for t in (q, k, v))                    # [B*nb,H,window,D]
+    needb = _blocks(need[..., None], window)[..., 0]                        # [B*nb,H,window]
+    counts = needb.sum(-1)                                                  # [B*nb,H]
+    cap = int(counts.amax())
+    if cap == 0:
+        return torch.zeros_like(q)
+    # Positions of the needed queries first, in order (a stable sort of "not needed").
+    pos = torch.sort((~needb).to(torch.uint8), dim=-1, stable=True).indices[..., :cap]   # [B*nb,H,cap]
+    valid = torch.arange(cap, device=q.device) < counts[..., None]
+    picked = qb.gather(2, pos[..., None].expand(-1, -1, -1, d))                          # [B*nb,H,cap,D]
+    out = F.scaled_dot_product_attention(picked, kb, vb, attn_mask=_block_key_bias(mask, window, q.dtype))
+    out = out * valid[..., None].to(out.dtype)
+    full = out.new_zeros(qb.shape).scatter_add(2, pos[..., None].expand(-1, -1, -1, d), out)
+    return _unblock(full, b, n)
 
 
 def _take(t: Tensor, idx: Tensor) -> Tensor:
@@ -105,12 +160,17 @@ class RoutingAttention(Mixer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         n, nl = q.shape[2], self.local_heads
         window = min(self.window, n)
+        # split (not slices): its backward concatenates the heads' gradients instead of zero-filling
+        # a full-size gradient per slice.
+        (ql, qr), (kl, kr), (vl, vr) = (t.split([nl, q.shape[1] - nl], dim=1) for t in (q, k, v))
         outs = []
         if nl > 0:
-            outs.append(block_local_attention(q[:, :nl], k[:, :nl], v[:, :nl], mask, window))
+            outs.append(block_local_attention(ql, kl, vl, mask, window))
         if nl < q.shape[1]:
-            outs.append(self._route(q[:, nl:], k[:, nl:], v[:, nl:], mask, window))
-        return zero_padded(torch.cat(outs, dim=1) if len(outs) > 1 else outs[0], mask)
+            outs.append(self._route(qr, kr, vr, mask, window))
+        # Heads joined in [B, N, H, D] memory: the shell's output projection then reads a view.
+        out = torch.cat([o.transpose(1, 2) for o in outs], dim=2).transpose(1, 2)
+        return zero_padded(out, mask)
 
     def _route(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window: int) -> Tensor:
         b, h, n, d = q.shape
@@ -123,48 +183,58 @@ class RoutingAttention(Mixer):
         # Cluster size from max_len, not the batch's padded length: padding must not change membership.
         w = min(n, -(-self.max_len // self.n_clusters))
         with torch.no_grad():  # membership is discrete; padded tokens rank last
-            idx_q = sim_q.detach().masked_fill(pad, -math.inf).topk(w, dim=-1).indices   # [B,H,C,w]
-            idx_k = sim_k.detach().masked_fill(pad, -math.inf).topk(w, dim=-1).indices
+            idx_q = sim_q.masked_fill(pad, -math.inf).topk(w, dim=-1).indices   # [B,H,C,w]
+            idx_k = sim_k.masked_fill(pad, -math.inf).topk(w, dim=-1).indices
             real_k = mask[:, None, :].expand(b, h, n).gather(2, idx_k.flatten(2)).view_as(idx_k)
+            # exp(logit - sqrt(d)) <= 1: layer-normed vectors have norm <= sqrt(d), so every logit
+            # q.k / sqrt(d) <= sqrt(d). Padded keys get exp(-inf) = 0.
+            shift = torch.zeros(real_k.shape, dtype=self._exp_dtype(q), device=q.device)
+            shift = shift.masked_fill_(~real_k, -math.inf).sub_(math.sqrt(d)).flatten(0, 2)[:, None, :]
 
-        logits = _take(qn, idx_q) @ _take(kn, idx_k).transpose(-1, -2) / math.sqrt(d)   # [B,H,C,w,w]
-        logits = logits.masked_fill(~real_k[..., None, :], neg_fill(q.dtype))
-        lse = torch.logsumexp(logits, dim=-1)                               # [B,H,C,w]
-        o = torch.exp(logits - lse[..., None]) @ _take(v, idx_k)            # [B,H,C,w,D]
-
-        # Combine the clusters that took each query by their softmax mass (log-sum-exp weights).
-        flat, lse = idx_q.flatten(2), lse.flatten(2)                        # [B,H,C*w]
+        # Eq. 8 per cluster, unnormalised: each query's clusters are then summed and divided once,
+        # which is softmax over the multiset union of their key sets (no per-cluster log-sum-exp).
+        ct = shift.dtype
+        qg, kg, vg = (_take(t, i).to(ct).flatten(0, 2) for t, i in ((qn, idx_q), (kn, idx_k), (v, idx_k)))
+        weights = torch.baddbmm(shift, qg, kg.transpose(1, 2), alpha=1 / math.sqrt(d)).exp_()  # [BHC,w,w]
+        num = (weights @ vg).view(b, h, -1, d)                              # [B,H,C*w,D]
+        den = weights.sum(-1).view(b, h, -1)
+        flat = idx_q.flatten(2)                                             # [B,H,C*w]
+        num = num.new_zeros(b, h, n, d).scatter_add(2, flat[..., None].expand(-1, -1, -1, d), num)
+        den = den.new_zeros(b, h, n).scatter_add(2, flat, den)
         with torch.no_grad():
-            top = lse.new_full((b, h, n), -math.inf)
-            top = top.scatter_reduce(2, flat, lse.detach(), reduce="amax")
-            taken = top > -math.inf                                         # [B,H,N]
-        wts = torch.exp(lse - top.gather(2, flat))                          # the largest term is 1
-        num = o.new_zeros(b, h, n, d).scatter_add(2, flat[..., None].expand(b, h, flat.shape[2], d),
-                                                  wts[..., None] * o.flatten(2, 3))
-        den = wts.new_zeros(b, h, n).scatter_add(2, flat, wts)
-        routed = num / den.clamp(min=1.0)[..., None]                         # den >= 1 where taken
-        fallback = block_local_attention(qn, kn, v, mask, window)
-        out = torch.where(taken[..., None], routed, fallback)
+            taken = torch.zeros(b, h, n, dtype=torch.bool, device=q.device).scatter_(2, flat, True)
+        routed = (num / den.clamp(min=torch.finfo(ct).tiny)[..., None]).to(q.dtype)   # untaken rows: 0 / tiny
+        out = routed + fallback_attention(qn, kn, v, mask, ~taken & mask[:, None, :], window)
 
         if self.training:
             self._train_step(qu, ku, sim_q, sim_k, mask)
         return out
 
+    @staticmethod
+    def _exp_dtype(q: Tensor) -> torch.dtype:
+        """float16 cannot hold exp(-2 sqrt(d)): the unnormalised weights are then kept in float32."""
+        return torch.float32 if q.dtype == torch.float16 else q.dtype
+
     def _train_step(self, qu: Tensor, ku: Tensor, sim_q: Tensor, sim_k: Tensor, mask: Tensor) -> None:
         """Commitment loss (with gradient to q and k) and the EMA centroid update (no gradient)."""
         real = mask[:, None, :].to(qu.dtype)                                # [B,1,N]
         n_real = (real.sum() * qu.shape[1]).clamp(min=1.0)
+        h, c, d = self.centroids.shape
         # ||u - mu(u)||^2 = 2 - 2 max_c u.mu_c for unit vectors; mu is a buffer (stop-gradient).
-        commit = sum(((2 - 2 * s.amax(dim=2)) * real).sum() for s in (sim_q, sim_k)) / n_real
-        self.aux_loss = self.commitment * commit
+        commit = 0
+        sums = qu.new_zeros(h * c, d)
+        counts = qu.new_zeros(h * c)
+        for u, s in ((qu, sim_q), (ku, sim_k)):
+            best, nearest = s.max(dim=2)                                    # [B,H,N]
+            commit = commit + ((2 - 2 * best) * real).sum()
+            with torch.no_grad():  # per-centroid sums and counts of the real tokens, by index
+                rows = (nearest + torch.arange(0, h * c, c, device=u.device)[:, None]).flatten()
+                weight = real.expand(-1, h, -1).flatten()
+                sums.index_add_(0, rows, u.detach().flatten(0, 2) * weight[:, None])
+                counts.index_add_(0, rows, weight)
+        self.aux_loss = self.commitment * commit / n_real
         with torch.no_grad():
-            h, c, d = self.centroids.shape
-            sums = qu.new_zeros(h, c, d)
-            counts = qu.new_zeros(h, c)
-            for u, s in ((qu, sim_q), (ku, sim_k)):
-                onehot = F.one_hot(s.argmax(dim=2), c).to(u.dtype) * real[..., None]   # [B,H,N,C]
-                sums += torch.einsum("bhnc,bhnd->hcd", onehot, u.detach())
-                counts += onehot.sum(dim=(0, 2))
+            sums, counts = sums.view(h, c, d), counts.view(h, c)
             if dist.is_available() and dist.is_initialized():  # every rank: the global batch's statistics
                 dist.all_reduce(sums)
                 dist.all_reduce(counts)

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from attention.registry import build_mixer
-from attention.routing import block_local_attention
+from attention.routing import block_local_attention, fallback_attention
 from models.module import LRAModule
 from models.network import LRAClassifier
 from tests.attention_harness import DH, H, N, lengths_mask, make_mixer, qkvx, softmax_reference
@@ -45,6 +45,42 @@ def test_block_local_attention_matches_dense_block_mask():
     expected = (torch.softmax(scores, -1).nan_to_num(0.0) @ v) * mask[:, None, :, None]
     out = block_local_attention(q, k, v, mask, window) * mask[:, None, :, None]
     torch.testing.assert_close(out, expected, **TOL)
+
+
+
+def test_fallback_is_block_local_attention_on_the_needed_queries_only():
+    """Values and gradients equal block-local attention's rows where ``need`` holds, zero rows
+    elsewhere; blocks need different numbers of queries (spare slots) and one needs none."""
+    q, k, v, _ = qkvx(requires_grad=True)
+    mask = lengths_mask(LENGTHS)
+    window = 8
+    need = torch.rand(q.shape[:3], generator=torch.Generator().manual_seed(3)) < 0.4
+    need[0, 0, :window] = False                      # a block with nothing to compute
+    need[1, 1, window:2 * window] = True             # a full block: cap = window
+    need &= mask[:, None, :]
+    keep = need[..., None].to(q.dtype)
+    got = fallback_attention(q, k, v, mask, need, window)
+    expected = block_local_attention(q, k, v, mask, window) * keep
+    torch.testing.assert_close(got, expected, **TOL)
+    g = torch.randn_like(got)
+    grads = torch.autograd.grad((got * g).sum(), (q, k, v))
+    for a, b in zip(grads, torch.autograd.grad((expected * g).sum(), (q, k, v))):
+        torch.testing.assert_close(a, b, **TOL)
+    assert fallback_attention(q, k, v, mask, torch.zeros_like(need), window).abs().sum() == 0
+
+
+
+def test_padded_keys_in_a_short_rows_clusters_get_no_weight():
+    """A row with fewer real tokens than the cluster size w fills every cluster with padded keys:
+    they must get no weight, so the real outputs ignore what sits at padded positions."""
+    q, k, v, x = qkvx()
+    q2, k2, v2, _ = qkvx(seed=5)
+    mask = lengths_mask(LENGTHS)                     # the 9-token row: 9 < w = ceil(37 / 2) = 19
+    mixer = make_mixer("routing", n_clusters=2, local_heads=0, max_len=N).eval()
+    pad = ~mask[:, None, :, None]
+    out = mixer(q, k, v, mask, x)
+    out2 = mixer(torch.where(pad, q2, q), torch.where(pad, k2, k), torch.where(pad, v2, v), mask, x)
+    torch.testing.assert_close(out, out2, **TOL)
 
 
 def memberships(mixer, q, k, mask):
