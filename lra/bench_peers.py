@@ -357,18 +357,19 @@ class Peer:
 
 
 FT = "pytorch-fast-transformers"
+FT_MODULE = "fast_transformers.attention"   # its __init__ loads every compiled extension
 PEERS: tuple[Peer, ...] = (
     Peer("softmax", "torch scaled_dot_product_attention", "torch", "torch",
          "same four projections, no mask", peer_softmax, align_projected),
-    Peer("clustered", "fast-transformers ClusteredAttention", FT, "fast_transformers.clustering.hamming",
+    Peer("clustered", "fast-transformers ClusteredAttention", FT, FT_MODULE,
          "clusters=100 iterations=10 bits=63", peer_clustered,
          why_not="hash planes drawn inside the peer's forward"),
-    Peer("i_clustered", "fast-transformers ImprovedClusteredAttention", FT, "fast_transformers.clustering.hamming",
+    Peer("i_clustered", "fast-transformers ImprovedClusteredAttention", FT, FT_MODULE,
          "clusters=100 iterations=10 bits=63 topk=32", peer_clustered,
          why_not="hash planes drawn inside the peer's forward"),
-    Peer("linear", "fast-transformers LinearAttention", FT, "fast_transformers.attention.linear_attention",
+    Peer("linear", "fast-transformers LinearAttention", FT, FT_MODULE,
          "elu+1, eps=1e-6", peer_linear_ft, align_ft),
-    Peer("reformer", "fast-transformers ReformerAttention", FT, "fast_transformers.attention.reformer_attention",
+    Peer("reformer", "fast-transformers ReformerAttention", FT, FT_MODULE,
          "rounds=2 chunk_size=64 bits=N/64", peer_reformer_ft,
          why_not="LSH planes drawn inside the peer's forward"),
     Peer("reformer", "reformer-pytorch LSHSelfAttention", "reformer-pytorch", "reformer_pytorch",
