@@ -16,8 +16,8 @@ by side under one protocol, and their peak memory is measured, each in a fresh p
   requires grad, as a layer inside a network does.
 * Time: in ONE fresh process per round, ``--warmup`` untimed steps of each side, then steps
   alternate ours, peer, ours, peer ... until each side has at least 3 steps and ``--min-time``
-  seconds of them, so load drift hits both alike. ``--rounds`` repeats that in new processes and
-  pools the steps. Ratio = median(ours) / median(peer): below 1 we are faster.
+  seconds of them, so load drift hits both alike. ``--rounds`` repeats that in new processes (the
+  peer leading each pair in odd rounds) and pools the steps. Ratio = median(ours) / median(peer): below 1 we are faster.
 * Memory: each side alone in a fresh process (allocator state never shared), measured as
   :func:`lra.bench.measure` does: anonymous peak RSS (:class:`lra.footprint.PeakMemory`, file-backed
   pages excluded) over 2 steps after 1 warm-up step, minus the memory in use before the layer was
@@ -30,9 +30,9 @@ by side under one protocol, and their peak memory is measured, each in a fresh p
   from ours into the peer (our biases zeroed where the peer has none), both run in eval mode in
   float64 on one sample at the race's N, and the figure is max |ours - peer| / max |ours|; "yes"
   below 1e-9 (1e-5 for Nystromformer, whose peer starts the pseudo-inverse differently: ~3e-7;
-  a wrong mapping, e.g. one pinv iteration less, differs by ~1e-3). Where the mechanism draws randomness the two cannot share (hash planes, LSH
-  rotations, Gumbel noise, k-means initialisations drawn inside the peer's forward), "n/a" with
-  the reason.
+  a wrong mapping, e.g. one pinv iteration less, differs by ~1e-3). Where the mechanism draws
+  randomness the two cannot share (hash planes, LSH rotations, Gumbel noise, k-means
+  initialisations drawn inside the peer), "n/a (random)" with the reason.
 * A peer that is not importable gives one clean "skipped" line naming the pip package.
 
 Peer mapping (our conf value -> the peer's argument; ``h`` heads, ``d`` d_model, ``N`` length):
@@ -443,6 +443,8 @@ def time_job(job: dict[str, Any], peers: tuple[Peer, ...] = PEERS) -> dict[str, 
     ours, theirs = (build_side(job, side, peers).train() for side in ("ours", "peer"))
     x = torch.randn(job["batch_size"], job["length"], job["d_model"], requires_grad=True)
     steps = {"ours": _stepper(ours, ours_forward, x), "peer": _stepper(theirs, _peer_forward, x)}
+    if job.get("peer_first"):   # odd rounds: the peer leads each pair, so order effects cancel
+        steps = dict(reversed(steps.items()))
     for _ in range(job["warmup"]):
         for s in steps.values():
             s()
@@ -548,8 +550,8 @@ def race_point(peer: Peer, d: int, h: int, n: int, args: argparse.Namespace, env
     ours_s: list[float] = []
     peer_s: list[float] = []
     rounds, mem = [], {"ours": [], "peer": []}
-    for _ in range(args.rounds):
-        t = run({**job, "kind": "time"}, env)
+    for i in range(args.rounds):
+        t = run({**job, "kind": "time", "peer_first": i % 2 == 1}, env)
         if t.get("status") != "ok":
             return {"status": t.get("status", "failed"), "error": t.get("error", "")}
         ours_s += t["ours_s"]
