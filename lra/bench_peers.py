@@ -639,21 +639,24 @@ def parse_shapes(items: list[str]) -> list[tuple[int, int]]:
 
 
 def select(variants: str | None, peers: tuple[Peer, ...] = PEERS) -> list[Peer]:
+    """Peers of the named variants (``reformer``: both its peers; ``reformer:reformer-pytorch``: one)."""
     if not variants:
         return list(peers)
     names = [v.strip() for v in variants.split(",") if v.strip()]
-    known = {p.variant for p in peers}
+    known = {p.variant for p in peers} | {p.key for p in peers}
     bad = [v for v in names if v not in known]
     if bad:
-        raise SystemExit(f"--variants: no peer for {', '.join(bad)}; variants with a peer: {', '.join(sorted(known))}")
-    return [p for p in peers if p.variant in names]
+        raise SystemExit(f"--variants: no peer for {', '.join(bad)}; variants with a peer: "
+                         f"{', '.join(sorted({p.variant for p in peers}))} (or variant:package, e.g. {peers[-1].key})")
+    return [p for p in peers if p.variant in names or p.key in names]
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m lra.bench --protocol peers",
                                 description="Race our attention layers against the public implementations.")
     p.add_argument("--protocol", default="peers", choices=["peers"])
-    p.add_argument("--variants", default=None, help="comma-separated variants (default: every variant with a peer)")
+    p.add_argument("--variants", default=None,
+                   help="comma-separated variants or variant:package (default: every variant with a peer)")
     p.add_argument("--shapes", nargs="+", default=["64/2", "256/4"], help="d_model/heads (default: 64/2 256/4)")
     p.add_argument("--lengths", type=int, nargs="+", default=[1024, 4096])
     p.add_argument("--batch-size", type=int, default=8)

@@ -165,3 +165,10 @@ def test_shapes_parse():
     assert bp.parse_shapes(["64/2", "d256/4"]) == [(64, 2), (256, 4)]
     with pytest.raises(SystemExit):
         bp.parse_shapes(["64x2"])
+
+
+def test_select_by_variant_or_by_peer():
+    assert [p.package for p in bp.select("reformer")] == ["pytorch-fast-transformers", "reformer-pytorch"]
+    assert [p.key for p in bp.select("reformer:reformer-pytorch,local")] == ["reformer:reformer-pytorch",
+                                                                               "local:local-attention"]
+    assert len(bp.select(None)) == len(bp.PEERS)
