@@ -107,6 +107,7 @@ from torch import Tensor, nn
 ROOT = Path(__file__).resolve().parent.parent
 CONF_DIR = ROOT / "conf" / "attention"
 RESULT_TAG = "LRA_PEERS_RESULT "
+MODULE = __spec__.name if __spec__ is not None else "lra.bench_peers"   # the workers run this module (moves with it)
 AGREE_TOL = 1e-9   # float64: a right mapping agrees to ~1e-15, a wrong one by >1e-4
 MIN_STEPS = 3
 
@@ -519,7 +520,7 @@ def worker_env(threads: int, cpu_malloc: str) -> dict[str, str]:
 def run_worker(job: dict[str, Any], env: dict[str, str], timeout_s: float | None = None) -> dict[str, Any]:
     """One job in a fresh process; a failure comes back as ``{'status': 'failed', 'error': ...}``."""
     try:
-        proc = subprocess.run([sys.executable, "-m", "lra.bench_peers", "--worker"], input=json.dumps(job), text=True,
+        proc = subprocess.run([sys.executable, "-m", MODULE, "--worker"], input=json.dumps(job), text=True,
                               capture_output=True, cwd=ROOT, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         return {"status": "timeout", "error": f"{job['kind']} job exceeded {timeout_s} s"}

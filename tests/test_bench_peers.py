@@ -172,3 +172,21 @@ def test_select_by_variant_or_by_peer():
     assert [p.key for p in bp.select("reformer:reformer-pytorch,local")] == ["reformer:reformer-pytorch",
                                                                                "local:local-attention"]
     assert len(bp.select(None)) == len(bp.PEERS)
+
+
+def test_worker_process_round_trip():
+    """The race's real path: a job in a fresh ``--worker`` process, its result read back."""
+    peer = bp.find_peer("softmax:torch")
+    r = bp.run_worker({**job(peer), "kind": "agree"}, bp.worker_env(1, "tuned"), timeout_s=120)
+    assert r == {"status": "ok", "agree": 0.0, "agree_tol": bp.AGREE_TOL} or (r["status"] == "ok" and r["agree"] < 1e-12)
+
+
+def test_worker_reports_a_failing_job(monkeypatch, capsys):
+    import io
+    import json
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"kind": "agree", "peer": "nosuch:pkg", "threads": 1})))
+    assert bp.worker_main() == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    r = json.loads(line[len(bp.RESULT_TAG):])
+    assert r["status"] == "failed" and "nosuch:pkg" in r["error"]
