@@ -163,9 +163,7 @@ class _Projected(nn.Module):
         super().__init__()
         self.h = n_heads
         self.q_proj, self.k_proj, self.v_proj, self.out_proj = (nn.Linear(d_model, d_model) for _ in range(4))
-        self.mechanism = mechanism
-        if isinstance(mechanism, nn.Module):
-            self.inner = mechanism
+        self.mechanism = mechanism   # an nn.Module mechanism registers as a submodule
 
     def forward(self, x: Tensor) -> Tensor:
         b, n, d = x.shape
