@@ -551,7 +551,7 @@ def race_point(peer: Peer, d: int, h: int, n: int, args: argparse.Namespace, env
            "threads": args.threads, "seed": 0, "warmup": args.warmup, "min_time_s": args.min_time}
     ours_s: list[float] = []
     peer_s: list[float] = []
-    rounds, mem = [], {"ours": [], "peer": []}
+    rounds, mem, mem_errors = [], {"ours": [], "peer": []}, []
     pair = lambda o, p: [a / b for a, b in zip(o, p)]  # noqa: E731 (adjacent steps: drift cancels)
     for i in range(args.rounds):
         t = run({**job, "kind": "time", "peer_first": i % 2 == 1}, env)
@@ -563,6 +563,8 @@ def race_point(peer: Peer, d: int, h: int, n: int, args: argparse.Namespace, env
         for side in ("ours", "peer"):
             m = run({**job, "kind": "memory", "side": side}, env)
             mem[side].append(m.get("peak_mb") if m.get("status") == "ok" else None)
+            if m.get("status") != "ok":
+                mem_errors.append(f"{side}: {m.get('status')} {m.get('error', '')}"[:300])
     agree = run({**job, "kind": "agree"}, env)
     ours_ms, peer_ms = 1000 * statistics.median(ours_s), 1000 * statistics.median(peer_s)
     mo = max((v for v in mem["ours"] if v is not None), default=None)
@@ -572,6 +574,7 @@ def race_point(peer: Peer, d: int, h: int, n: int, args: argparse.Namespace, env
         "time_ratio_of_medians": ours_ms / peer_ms, "time_ratio_rounds": rounds, "steps": [len(ours_s), len(peer_s)],
         "ours_ms_all": [1000 * t for t in ours_s], "peer_ms_all": [1000 * t for t in peer_s],
         "ours_mb": mo, "peer_mb": mp, "mem_ratio": mo / mp if mo is not None and mp and mp >= 1.0 else None,
+        "mem_errors": mem_errors,
         "agree": agree.get("agree"), "agree_tol": agree.get("agree_tol"), "agree_note": agree.get("why_not"),
         "agree_error": agree.get("error") if agree.get("status") != "ok" else None,
     }
@@ -751,8 +754,9 @@ def report(rows: list[dict[str, Any]], points: list[tuple[int, int, int]], stamp
     load = ", ".join(f"{x:.2f}" for x in stamp["loadavg_start"])
     end = ", ".join(f"{x:.2f}" for x in stamp.get("loadavg_end", []))
     lines = [table(rows, points), "",
-             "time = median over adjacent step pairs of our step time / the peer's; mem = our peak / peer peak (anonymous RSS, fresh process "
-             "each); below 1.00 we are better. agree = max|ours - peer| / max|ours| (float64, eval, weights copied).",
+             "time = median over adjacent step pairs of our step time / the peer's; mem = our peak / peer peak\n"
+             "(anonymous RSS, fresh process each; - = not measured or a peer peak under 1 MB); below 1.00 we are\n"
+             "better. agree = max|ours - peer| / max|ours| (float64, eval, weights copied ours -> peer).",
              "", "mapping:"]
     for r in rows:
         note = {p.get("agree_note") for p in r["points"].values() if p.get("agree_note")}
