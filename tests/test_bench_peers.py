@@ -13,8 +13,9 @@ import torch
 from lra import bench_peers as bp
 
 D, H, N, B = 32, 2, 64, 2
-# Sizes the tiny N needs (the conf's 100 clusters / top-32 keys would exceed N = 64).
-TINY = {"clustered": {"clusters": 8, "topk": 8}, "i_clustered": {"clusters": 8, "topk": 8}}
+# Sizes the tiny N needs (the conf's 100 clusters / top-32 keys would exceed N = 64; local blocks of
+# 64 would make one block, where a wrong window could not show), on both sides.
+TINY = {"clustered": {"clusters": 8, "topk": 8}, "i_clustered": {"clusters": 8, "topk": 8}, "local": {"block_size": 16}}
 
 
 def job(peer: bp.Peer, heads: int = H) -> dict:
@@ -65,7 +66,7 @@ def _wrong(peer_key: str, **conf) -> bp.Peer:
 
 
 @pytest.mark.parametrize("peer_key,wrong", [
-    ("local:local-attention", {"block_size": 16}),
+    ("local:local-attention", {"window": 2}),
     ("nystromformer:nystrom-attention", {"pinv_iterations": 5}),
     ("linear:pytorch-fast-transformers", {"eps": 1e-1}),
 ])
