@@ -1,6 +1,6 @@
 """Efficiency harness: ``python run.py mode=bench ...`` (one run record per job) and a side-by-side
 CLI, ``python -m lra.bench --protocol block --variants softmax,linear --lengths 1024 2048 4096``, and the
-race against the public implementations, ``python -m lra.bench --protocol peers`` (:mod:`lra.bench_peers`).
+race against the public implementations, ``python -m lra.bench --protocol peers`` (:mod:`lra.bench.peers`).
 
 Protocols (``bench.protocol``; ``bench.lengths`` / ``bench.batch_size`` null = the protocol's):
 
@@ -400,7 +400,7 @@ def ratio_table(names: list[str], lengths: list[int], results: dict[tuple[str, i
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--protocol=peers" in argv or any(a == "--protocol" and b == "peers" for a, b in zip(argv, argv[1:])):
-        from lra.bench_peers import main as race_peers  # the race against the public implementations
+        from lra.bench.peers import main as race_peers  # the race against the public implementations
 
         return race_peers(argv)
     p = argparse.ArgumentParser(prog="python -m lra.bench", description="Measure variants side by side.")

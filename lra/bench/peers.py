@@ -10,7 +10,7 @@ by side under one protocol, and their peak memory is measured, each in a fresh p
 * A step is forward + backward of the attention LAYER with its projections on both sides: ours is
   the suite's shell (:class:`attention.shell.MultiHeadAttention`: q/k/v projections, the mixer,
   the output projection) built from ``conf/attention/<name>.yaml`` as the model builds it
-  (``max_len`` = N, dropout keys forced to 0 as :func:`lra.bench.attention_config` does); the peer
+  (``max_len`` = N, dropout keys forced to 0 as :func:`lra.bench.harness.attention_config` does); the peer
   is its own layer with the closest hyperparameters (table below). Loss ``mean(out^2)`` plus the
   layer's auxiliary loss where it has one (routing's commitment loss, on both sides); the input
   requires grad, as a layer inside a network does.
@@ -22,7 +22,7 @@ by side under one protocol, and their peak memory is measured, each in a fresh p
   apart, so the machine's drift (+-25% over seconds when shared) cancels in each pair; the ratio of
   the pooled medians, which drift does not cancel in, is recorded too (``time_ratio_of_medians``).
 * Memory: each side alone in a fresh process (allocator state never shared), measured as
-  :func:`lra.bench.measure` does: anonymous peak RSS (:class:`lra.footprint.PeakMemory`, file-backed
+  :func:`lra.bench.harness.measure` does: anonymous peak RSS (:class:`lra.footprint.PeakMemory`, file-backed
   pages excluded) over 2 steps after 1 warm-up step, minus the memory in use before the layer was
   built (after the imports and a throw-away backward). Ratio = our peak / peer peak; largest of the
   rounds. Both kinds of process get the suite's bench allocator setting (``--cpu-malloc``, default
@@ -104,10 +104,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONF_DIR = ROOT / "conf" / "attention"
 RESULT_TAG = "LRA_PEERS_RESULT "
-MODULE = __spec__.name if __spec__ is not None else "lra.bench_peers"   # the workers run this module (moves with it)
+MODULE = __spec__.name if __spec__ is not None else "lra.bench.peers"   # the workers run this module (moves with it)
 AGREE_TOL = 1e-9   # float64: a right mapping agrees to ~1e-15, a wrong one by >1e-4
 MIN_STEPS = 3
 
@@ -119,7 +119,7 @@ def our_conf(variant: str, overrides: dict[str, Any] | None = None) -> dict[str,
     """conf/attention/<variant>.yaml, dropout keys forced to 0 (as the bench does), plus overrides."""
     from omegaconf import OmegaConf
 
-    from lra.bench import attention_config
+    from lra.bench.harness import attention_config
 
     cfg, _ = attention_config(OmegaConf.load(CONF_DIR / f"{variant}.yaml"))
     return {**cfg, **(overrides or {})}
@@ -461,7 +461,7 @@ def time_job(job: dict[str, Any], peers: tuple[Peer, ...] = PEERS) -> dict[str, 
 
 
 def memory_job(job: dict[str, Any], peers: tuple[Peer, ...] = PEERS) -> dict[str, Any]:
-    """Peak memory of ONE side (``job['side']``), as lra.bench.measure measures a spec."""
+    """Peak memory of ONE side (``job['side']``), as lra.bench.harness.measure measures a spec."""
     from lra.footprint import PeakMemory
 
     peer = find_peer(job["peer"], peers)
@@ -506,7 +506,7 @@ JOBS = {"time": time_job, "memory": memory_job, "agree": agree_job}
 
 
 def worker_env(threads: int, cpu_malloc: str) -> dict[str, str]:
-    from lra.bench import MALLOC_ENV
+    from lra.bench.harness import MALLOC_ENV
 
     if cpu_malloc not in MALLOC_ENV:
         raise ValueError(f"--cpu-malloc {cpu_malloc!r} is not valid; use {' or '.join(MALLOC_ENV)}")
@@ -702,7 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report(rows, points, stamp, command))
     if out is not None:
-        from lra.atomic import write_json
+        from lra.files import write_json
 
         write_json(out, {"command": command, "stamp": stamp, "protocol": vars(args) | {"worker": None},
                          "points": ["%d/%d/%d" % p for p in points], "rows": rows}, exclusive=True)

@@ -1,4 +1,4 @@
-"""The race against the public implementations (lra/bench_peers.py): adapters at tiny sizes, tested
+"""The race against the public implementations (lra/bench/peers.py): adapters at tiny sizes, tested
 only where the peer package is installed (each test skips naming the package otherwise), the
 agreement check (which is what catches a wrong hyperparameter mapping), and the clean skip of a
 missing peer."""
@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 import torch
 
-from lra import bench_peers as bp
+from lra.bench import peers as bp
 
 D, H, N, B = 32, 2, 64, 2
 # Sizes the tiny N needs (the conf's 100 clusters / top-32 keys would exceed N = 64; local blocks of
@@ -148,7 +148,7 @@ def test_a_failed_worker_is_a_row_not_a_crash():
 
 
 def test_bench_cli_dispatches_to_the_race():
-    from lra.bench import main
+    from lra.bench.harness import main
 
     with pytest.raises(SystemExit, match="no peer for nosuch"):
         main(["--protocol", "peers", "--variants", "nosuch"])
