@@ -14,15 +14,16 @@ Choices the paper leaves open (it defines the patterns autoregressively), writte
 * The two parts are combined in one head as the "merged" integration of Sec. 4.4: every head
   attends to ``A(1) ∪ A(2)`` under one softmax; a key in both parts is counted once.
 * Stride: Sec. 4.3 chooses l close to sqrt(n), which gives the O(n sqrt n) cost. ``stride: null``
-  (the default) is ``round(sqrt(max_len))``, fixed at construction from the configured ``max_len``, not
-  from the length of a batch, so padding or a shorter batch never changes the pattern. A fixed
+  (the default) is ``round(sqrt(max_len))``, fixed at construction from the configured ``max_len``,
+  not from the length of a batch, so padding or a shorter batch never changes the pattern. A fixed
   stride would make the fixed pattern quadratic: its ``c N / l`` summary columns grow linearly with
   N (issue 14 measured 67x time from N = 1K to 8K at l = 64). For LRA's 32 x 32 images
-  sqrt(1024) = 32 is the row width: the period the strided pattern is meant for (Sec. 4.3). An explicit ``stride`` is kept for ablations. Written
-  down for comparison: the paper's Enwik8 model (N = 12,288) uses l = 128, c = 32; the LRA JAX
-  baseline (google-research/long-range-arena ``lra_benchmarks/utils/train_utils.py``) uses a causal
-  fixed pattern with block 50, c = 10 at every length, built as a dense N x N mask, and its second
-  fixed head also keeps ``j mod l == 0`` (not in the paper; left out here).
+  sqrt(1024) = 32 is the row width: the period the strided pattern is meant for (Sec. 4.3). An
+  explicit ``stride`` is kept for ablations. Written down for comparison: the paper's Enwik8 model
+  (N = 12,288) uses l = 128, c = 32; the LRA JAX baseline (google-research/long-range-arena
+  ``lra_benchmarks/utils/train_utils.py``) uses a causal fixed pattern with block 50, c = 10 at
+  every length, built as a dense N x N mask, and its second fixed head also keeps ``j mod l == 0``
+  (not in the paper; left out here).
 * ``summary = 8`` (c) for the fixed pattern: the paper finds c in {8, 16, 32} good for l in
   {128, 256} (Sec. 4.3); c = 8 at l = 32 (N = 1K) is the Enwik8 ratio c/l = 1/4, and LRA's 10/50 is
   1/5. ``c`` is clamped to ``l``. When ``N <= stride`` both patterns cover the whole sequence (exact

@@ -36,10 +36,11 @@ allocation, naming the variant, the bytes it needs, the bytes available and the 
   autograd) ``[B, H, N, N]`` tensors must fit the memory available on the device.
 
 Both estimates are lower bounds (an optimiser's state, other layers and the allocator's slack come
-on top), so a refusal is certain, never a guess. Available memory: CUDA free plus the blocks the
-caching allocator holds unused; host ``MemAvailable`` (``/proc/meminfo``, else ``sysconf``), capped
-by a cgroup v2 limit. Whatever the machine reports, a footprint above ``HARD_LIMIT_BYTES`` is refused
-(a mistyped max_len, or a host that cannot report its memory).
+on top), so a refusal means the step cannot fit; passing the check promises nothing more. Available
+memory: CUDA free plus the blocks the caching allocator holds unused; host ``MemAvailable``
+(``/proc/meminfo``, else ``sysconf``), capped by a cgroup v2 limit. Whatever the machine reports, a
+footprint above ``HARD_LIMIT_BYTES`` is refused (a mistyped max_len, or a host that cannot report
+its memory).
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ from attention.base import Mixer, require_positive
 from attention.masking import key_bias, zero_padded
 
 
-ACTIVATION_COPIES = 3              # [B, H, N, N] tensors alive at once in backward: softmax output, its grad, the logits' grad
+ACTIVATION_COPIES = 3              # [B, H, N, N] alive at once in backward: softmax output, its grad, the logits' grad
 HARD_LIMIT_BYTES = 256 * 2**30    # above the largest single accelerator (141 GB) and most hosts
 GIB = 2**30
 
@@ -151,7 +152,7 @@ class _Quadratic(Mixer):
 class DenseSynthesizer(_Quadratic):
     uses_qk = False
     variant = "synthesizer_dense"
-    fix = "a smaller batch, or a variant that is not quadratic (synthesizer_random with rank for fewer parameters)"
+    fix = "a smaller batch, or a variant that is not quadratic (e.g. sparse, linear, performer)"
 
     def __init__(
         self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, hidden: int | None = None,
