@@ -36,7 +36,8 @@ allocation, naming the variant, the bytes it needs, the bytes available and the 
   autograd) ``[B, H, N, N]`` tensors must fit the memory available on the device.
 
 Both estimates are lower bounds (an optimiser's state, other layers and the allocator's slack come
-on top), so a refusal means the step cannot fit; passing the check promises nothing more. Available
+on top), so a refusal means the step cannot fit; passing the check promises nothing more (one encoder
+block's training step measured ~7 ``[B, H, N, N]`` float32 sizes of peak at N = 2K). Available
 memory: CUDA free plus the blocks the caching allocator holds unused; host ``MemAvailable``
 (``/proc/meminfo``, else ``sysconf``), capped by a cgroup v2 limit. Whatever the machine reports, a
 footprint above ``HARD_LIMIT_BYTES`` is refused (a mistyped max_len, or a host that cannot report
