@@ -22,16 +22,93 @@ Choices the paper leaves open, written down:
 * Random init: R ~ N(0, 1) (factorised: R_1, R_2 ~ N(0, r^-1/2) so R_1 R_2^T has unit variance),
   drawn from the mixer's seeded generator, so a fixed R is reproducible per run and per layer.
 * No q/k: ``uses_qk = False``, so the shell builds no query/key projections (the paper drops them).
+
+Memory is O(N^2) by design: both variants form ``[B, H, N, N]`` weights (the method has no query-key
+factorisation to avoid it), and the Random Synthesizer also holds ``H x max_len x max_len``
+parameters (``rank: r`` makes those O(max_len r), the weights stay N x N). So instead of running the
+machine out of memory, :func:`require_fits` raises a :class:`QuadraticMemoryError` BEFORE the
+allocation, naming the variant, the bytes it needs, the bytes available and the fix:
+
+* at construction: the parameters (allocated now, on the host) must fit the host, and one example's
+  training footprint at ``max_len`` (parameters, their gradients when trainable, and
+  ``ACTIVATION_COPIES`` ``[H, N, N]`` tensors) must fit the host or, where CUDA is present, the GPU;
+* at the first forward of each (batch, length, dtype, device): ``ACTIVATION_COPIES`` (2 without
+  autograd) ``[B, H, N, N]`` tensors must fit the memory available on the device.
+
+Both estimates are lower bounds (an optimiser's state, other layers and the allocator's slack come
+on top), so a refusal means the step cannot fit; passing the check promises nothing more (one encoder
+block's training step measured ~7 ``[B, H, N, N]`` float32 sizes of peak at N = 2K). Available
+memory: CUDA free plus the blocks the caching allocator holds unused; host ``MemAvailable``
+(``/proc/meminfo``, else ``sysconf``), capped by a cgroup v2 limit. Whatever the machine reports, a
+footprint above ``HARD_LIMIT_BYTES`` is refused (a mistyped max_len, or a host that cannot report
+its memory).
 """
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
 from attention.masking import key_bias, zero_padded
+
+
+ACTIVATION_COPIES = 3              # [B, H, N, N] alive at once in backward: softmax output, its grad, the logits' grad
+HARD_LIMIT_BYTES = 256 * 2**30    # above the largest single accelerator (141 GB) and most hosts
+GIB = 2**30
+
+
+class QuadraticMemoryError(MemoryError):
+    """The N x N footprint of a Synthesizer cannot fit; raised before allocating it."""
+
+
+def host_available_bytes() -> int | None:
+    """Memory the host can still give: MemAvailable (or sysconf), capped by a cgroup v2 limit."""
+    found: list[int] = []
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                found.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        try:
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def available_memory_bytes(device: torch.device) -> int | None:
+    """Bytes a new allocation on ``device`` can still get (None: the device cannot say)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return host_available_bytes() if device.type == "cpu" else None
+
+
+def require_fits(variant: str, need: int, devices: list[torch.device], what: str, fix: str) -> None:
+    """Raise :class:`QuadraticMemoryError` unless ``need`` bytes fit one of ``devices`` (and the hard bound)."""
+    def gib(b: int) -> str:
+        return f"{b / GIB:.2f} GiB"
+
+    if need > HARD_LIMIT_BYTES:
+        problem = f"more than the hard bound of {gib(HARD_LIMIT_BYTES)}"
+    else:
+        avail = {d: available_memory_bytes(d) for d in devices}
+        if any(a is None or need <= a for a in avail.values()):
+            return
+        problem = "only " + " / ".join(f"{gib(a)} available on {d}" for d, a in avail.items())
+    raise QuadraticMemoryError(
+        f"attention={variant}: {what} need {gib(need)}, {problem}. The Synthesizer's memory is O(N^2) by "
+        f"design (N x N weights). Fix: a smaller task.max_len, {fix}")
 
 
 def _check_len(n: int, max_len: int) -> None:
@@ -45,14 +122,46 @@ def synthesized_attention(logits: Tensor, v: Tensor, mask: Tensor) -> Tensor:
     return zero_padded(weights @ v, mask)
 
 
-class DenseSynthesizer(Mixer):
+class _Quadratic(Mixer):
+    """Shared memory guard of the two Synthesizers (see the module docstring)."""
+
+    variant = ""
+    fix = ""
+
+    def require_construction_fits(self, param_elems: int, trainable: bool) -> None:
+        size = torch.get_default_dtype().itemsize
+        params = param_elems * size
+        require_fits(self.variant, params, [torch.device("cpu")], f"parameters at max_len={self.max_len}", self.fix)
+        one = params * (2 if trainable else 1) + ACTIVATION_COPIES * self.n_heads * self.max_len ** 2 * size
+        devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+        require_fits(self.variant, one, devices, f"one example's training step at max_len={self.max_len}", self.fix)
+
+    def require_batch_fits(self, v: Tensor) -> None:
+        """Before the ``[B, H, N, N]`` weights of this batch are formed; once per shape."""
+        if torch.compiler.is_compiling():
+            return
+        b, h, n, _ = v.shape
+        key = (b, n, v.dtype, v.device, torch.is_grad_enabled())
+        if key in self._fits:
+            return
+        copies = ACTIVATION_COPIES if torch.is_grad_enabled() else 2
+        require_fits(self.variant, copies * b * h * n * n * v.element_size(), [v.device],
+                     f"the [B={b}, H={h}, N={n}, N] weights of this batch", self.fix)
+        self._fits.add(key)
+
+
+class DenseSynthesizer(_Quadratic):
     uses_qk = False
+    variant = "synthesizer_dense"
+    fix = "a smaller batch, or a variant that is not quadratic (e.g. sparse, linear, performer)"
 
     def __init__(
         self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, hidden: int | None = None,
     ) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
         self.hidden = hidden or head_dim
+        self._fits: set[tuple] = set()
+        self.require_construction_fits(n_heads * (self.hidden + 1) * max_len, trainable=True)
         self.w1 = nn.Linear(n_heads * head_dim, n_heads * self.hidden)
         bound = 1.0 / math.sqrt(self.hidden)
         self.w2 = nn.Parameter(torch.empty(n_heads, self.hidden, max_len).uniform_(-bound, bound))
@@ -66,11 +175,15 @@ class DenseSynthesizer(Mixer):
         return torch.einsum("bhnc,hcm->bhnm", hid, self.w2[:, :, :n]) + self.b2[None, :, None, :n]
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+        self.require_batch_fits(v)
         return synthesized_attention(self.logits(x).to(v.dtype), v, mask)
 
 
-class RandomSynthesizer(Mixer):
+class RandomSynthesizer(_Quadratic):
     uses_qk = False
+    variant = "synthesizer_random"
+    fix = ("attention.rank=r (R = R1 R2^T: O(max_len r) parameters; the N x N weights remain), a smaller batch, "
+           "or a variant that is not quadratic")
 
     def __init__(
         self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0,
@@ -80,6 +193,8 @@ class RandomSynthesizer(Mixer):
         if rank is not None:
             require_positive(rank=rank, hint="or null for a full matrix")
         self.rank = rank
+        self._fits: set[tuple] = set()
+        self.require_construction_fits(n_heads * max_len * (max_len if rank is None else 2 * rank), trainable)
         g = self.generator("cpu")
         if rank is None:
             tensors = {"r": torch.randn(n_heads, max_len, max_len, generator=g)}
@@ -101,4 +216,5 @@ class RandomSynthesizer(Mixer):
         return (self.r1[:, :n] @ self.r2[:, :n].transpose(-1, -2))[None]
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+        self.require_batch_fits(v)
         return synthesized_attention(self.logits(v.shape[2]).to(v.dtype), v, mask)

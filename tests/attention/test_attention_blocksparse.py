@@ -173,3 +173,39 @@ def test_bigbird_random_blocks_span_the_whole_sequence():
     # At a shorter length the plan stays inside the sequence.
     idx_s, valid_s = mixer.random_blocks(20)
     assert (idx_s[valid_s] < 20).all()
+
+
+# ----------------------------------------------------------------------------- sparse: default stride
+@pytest.mark.parametrize("name", ["sparse", "sparse_strided"])
+@pytest.mark.parametrize("max_len,stride", [(1024, 32), (2000, 45), (4000, 63), (4096, 64), (8192, 91), (1, 1)])
+def test_default_stride_is_sqrt_of_max_len(name, max_len, stride):
+    """Child et al. Sec. 4.3: l close to sqrt(n), from the configured max_len (the conf default is
+    null); an explicit stride is kept. A fixed stride makes the fixed pattern's cost quadratic."""
+    assert make_mixer(name, max_len=max_len).stride == stride
+    assert make_mixer(name, max_len=max_len, stride=7).stride == 7
+
+
+@pytest.mark.parametrize("name,kind", [("sparse", "fixed"), ("sparse_strided", "strided")])
+def test_padding_does_not_change_the_default_pattern(name, kind):
+    """The stride comes from max_len, not from the batch length: a sequence padded to a longer
+    batch gives the same outputs on its real tokens as alone, both over the pattern of stride
+    round(sqrt(max_len))."""
+    real, padded_len = 37, 45
+    mixer = make_mixer(name, max_len=400).eval()                 # stride 20, summary 8: not covering
+    q, k, v, x = qkvx(b=1, n=padded_len)
+    alone = mixer(q[:, :, :real], k[:, :, :real], v[:, :, :real], torch.ones(1, real, dtype=torch.bool), x[:, :real])
+    padded = mixer(q, k, v, lengths_mask([real], n=padded_len), x)
+    torch.testing.assert_close(padded[:, :, :real], alone, atol=ATOL, rtol=RTOL)
+    allowed = sparse_pattern(real, kind, 20, 8)
+    assert not allowed.all()
+    ref = dense_pattern_softmax(q[:, :, :real], k[:, :, :real], v[:, :, :real], torch.ones(1, real, dtype=torch.bool),
+                                allowed)
+    torch.testing.assert_close(alone, ref, atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("name", ["sparse", "sparse_strided"])
+def test_default_stride_equals_float64_reference(name):
+    """The conf defaults at a max_len whose sqrt stride leaves the pattern sparse at n = 37 (the
+    reference cases at max_len 64 give stride 8 with summary 8, a covering fixed pattern)."""
+    from tests.test_reference_baselines import check_against_reference
+    check_against_reference(name, {}, 37, 400, [37, 23, 0], train=True, padded=True)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -157,3 +158,78 @@ def test_sinkhorn_gradcheck():
     mask = lengths_mask([7, 5], n=7)
     mixer = make_mixer("sinkhorn", head_dim=3, max_len=8, block_size=2).double().eval()
     assert torch.autograd.gradcheck(lambda a, b_, c: mixer(a, b_, c, mask, x), (q, k, v), fast_mode=True)
+
+
+# ----------------------------------------------------------------------------- synthesizer: memory guard
+def fake_available(monkeypatch, nbytes):
+    """Every device reports ``nbytes`` free (None: cannot say); nothing is allocated to test this."""
+    import attention.synthesizer as synth
+    monkeypatch.setattr(synth, "available_memory_bytes", lambda device: None if nbytes is None else int(nbytes))
+
+
+@pytest.mark.parametrize("name,need,fix", [
+    ("synthesizer_random", 2 * 8192 ** 2 * 4, "attention.rank"),                 # H x N x N parameters
+    ("synthesizer_dense", 3 * 2 * 8192 ** 2 * 4 + 2 * 2 * 9 * 8192 * 4, "not quadratic"),  # 3 [H, N, N] + w2, b2 x 2
+])
+def test_synthesizer_refuses_at_construction_what_cannot_fit(name, need, fix, monkeypatch):
+    from attention.synthesizer import QuadraticMemoryError
+    fake_available(monkeypatch, 2**28)
+    with pytest.raises(QuadraticMemoryError) as err:
+        make_mixer(name, max_len=8192)
+    msg = str(err.value)
+    for part in (f"attention={name}", f"need {need / 2**30:.2f} GiB", "only 0.25 GiB available on cpu", "O(N^2)",
+                 "task.max_len", fix):
+        assert part in msg, (part, msg)
+
+
+@pytest.mark.parametrize("trainable", [True, False])
+def test_random_synthesizer_construction_bound_is_exact(trainable, monkeypatch):
+    """One example's training step: parameters (and their gradients when trainable) plus three
+    [H, N, N] tensors; it runs with exactly that much and is refused with one byte less."""
+    from attention.synthesizer import QuadraticMemoryError
+    params = 2 * 64 * 64 * 4
+    need = params * (2 if trainable else 1) + 3 * 2 * 64 * 64 * 4
+    fake_available(monkeypatch, need)
+    make_mixer("synthesizer_random", trainable=trainable)
+    fake_available(monkeypatch, need - 1)
+    with pytest.raises(QuadraticMemoryError):
+        make_mixer("synthesizer_random", trainable=trainable)
+
+
+@pytest.mark.parametrize("name", ["synthesizer_dense", "synthesizer_random"])
+def test_synthesizer_refuses_a_batch_before_forming_its_weights(name, monkeypatch):
+    import attention.synthesizer as synth
+    mixer = make_mixer(name).train()
+    q, k, v, x = qkvx()
+    mask = lengths_mask([37, 20, 0])
+    b, h, n = v.shape[:3]
+    need = 3 * b * h * n * n * 4                                 # three [B, H, N, N] float32 with autograd
+    fake_available(monkeypatch, need - 1)
+
+    def formed(*args):
+        raise AssertionError("the N x N weights were formed before the memory check")
+    with monkeypatch.context() as m:
+        m.setattr(synth, "synthesized_attention", formed)
+        with pytest.raises(synth.QuadraticMemoryError, match=rf"attention={name}: the \[B=3, H=2, N=37, N\] weights"):
+            mixer(q, k, v, mask, x)
+    with torch.no_grad():                                        # two copies without autograd
+        mixer(q, k, v, mask, x)
+    fake_available(monkeypatch, need)
+    assert torch.isfinite(mixer(q, k, v, mask, x)).all()
+
+
+@pytest.mark.parametrize("name", ["synthesizer_dense", "synthesizer_random"])
+def test_synthesizer_hard_bound_when_memory_is_unknown(name, monkeypatch):
+    """A mistyped max_len is refused even where the device cannot report its memory (else this
+    would try to allocate terabytes)."""
+    from attention.synthesizer import QuadraticMemoryError
+    fake_available(monkeypatch, None)
+    with pytest.raises(QuadraticMemoryError, match="hard bound"):
+        make_mixer(name, max_len=2**19)
+
+
+def test_host_available_memory_is_read():
+    from attention.synthesizer import available_memory_bytes
+    if not os.path.exists("/proc/meminfo"):
+        pytest.skip("no /proc/meminfo on this host")
+    assert 0 < available_memory_bytes(torch.device("cpu")) < 2**50

@@ -12,6 +12,8 @@ REDRAW = STATE + "test_performer_features_redrawn_every_interval_training_steps_
 LAYERS = STATE + "test_linformer_every_layer_owns_its_projections"
 ROTATIONS = STATE + "test_reformer_rotations_fresh_per_training_step_fixed_at_eval"
 BFLOAT16 = STATE + "test_bigbird_plan_unchanged_by_bfloat16_cast"
+SPARSE_STRIDE = "tests/test_attention_blocksparse.py::"
+SYNTH_GUARD = "tests/test_attention_synthesizer_sinkhorn.py::"
 
 
 def ref(family: str, *more: str) -> tuple[str, ...]:
@@ -157,6 +159,15 @@ MUTANTS = [
     Mutant("baselines-sparse-fixed-own-block-unmasked", "attention/sparse.py",
            "a_own = mb[:, None, :, None, :]", "a_own = torch.ones_like(mb)[:, None, :, None, :]",
            "mask left out: padded keys of the own block receive weight", ref("sparse")),
+    Mutant("baselines-sparse-fixed-stride", "attention/sparse.py",
+           "return max(1, round(math.sqrt(max_len)))", "return 64",
+           "stride fixed instead of ~sqrt(max_len): summary columns grow with N, quadratic cost (issue 14)",
+           (SPARSE_STRIDE + "test_default_stride_is_sqrt_of_max_len",
+            SPARSE_STRIDE + "test_padding_does_not_change_the_default_pattern")),
+    Mutant("baselines-sparse-stride-from-batch-length", "attention/sparse.py",
+           "n, l = q.shape[2], self.stride", "n, l = q.shape[2], default_stride(q.shape[2])",
+           "stride read from the (padded) batch length: padding changes the pattern",
+           (SPARSE_STRIDE + "test_padding_does_not_change_the_default_pattern",)),
     # ------------------------------------------------------------------ sinkhorn
     Mutant("baselines-sinkhorn-temperature-ignored", "attention/sinkhorn.py",
            "logits = logits / self.temperature", "logits = logits",
@@ -178,4 +189,12 @@ MUTANTS = [
     Mutant("baselines-synthesizer-random-transposed", "attention/synthesizer.py",
            "return self.r[None, :, :n, :n]", "return self.r[None, :, :n, :n].transpose(-1, -2)",
            "random logits indexed (key, query) instead of (query, key)", ref("synthesizer")),
+    Mutant("baselines-synthesizer-guard-ignores-batch", "attention/synthesizer.py",
+           "copies * b * h * n * n * v.element_size()", "copies * h * n * n * v.element_size()",
+           "memory guard sized for one example: a large batch runs out of memory instead of a clear error",
+           (SYNTH_GUARD + "test_synthesizer_refuses_a_batch_before_forming_its_weights",)),
+    Mutant("baselines-synthesizer-guard-no-gradients", "attention/synthesizer.py",
+           "one = params * (2 if trainable else 1) + ", "one = params + ",
+           "construction estimate leaves out the gradients of a trainable R",
+           (SYNTH_GUARD + "test_random_synthesizer_construction_bound_is_exact",)),
 ]
