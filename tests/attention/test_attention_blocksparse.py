@@ -207,5 +207,5 @@ def test_padding_does_not_change_the_default_pattern(name, kind):
 def test_default_stride_equals_float64_reference(name):
     """The conf defaults at a max_len whose sqrt stride leaves the pattern sparse at n = 37 (the
     reference cases at max_len 64 give stride 8 with summary 8, a covering fixed pattern)."""
-    from tests.test_reference_baselines import check_against_reference
+    from tests.attention.test_reference_baselines import check_against_reference
     check_against_reference(name, {}, 37, 400, [37, 23, 0], train=True, padded=True)

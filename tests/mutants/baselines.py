@@ -12,8 +12,8 @@ REDRAW = STATE + "test_performer_features_redrawn_every_interval_training_steps_
 LAYERS = STATE + "test_linformer_every_layer_owns_its_projections"
 ROTATIONS = STATE + "test_reformer_rotations_fresh_per_training_step_fixed_at_eval"
 BFLOAT16 = STATE + "test_bigbird_plan_unchanged_by_bfloat16_cast"
-SPARSE_STRIDE = "tests/test_attention_blocksparse.py::"
-SYNTH_GUARD = "tests/test_attention_synthesizer_sinkhorn.py::"
+SPARSE_STRIDE = "tests/attention/test_attention_blocksparse.py::"
+SYNTH_GUARD = "tests/attention/test_attention_synthesizer_sinkhorn.py::"
 
 
 def ref(family: str, *more: str) -> tuple[str, ...]:

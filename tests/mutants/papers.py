@@ -91,10 +91,10 @@ MUTANTS = [
            (T_ROU,)),
     Mutant("papers-routing-padded-keys-unmasked", ROU, "shift = shift.masked_fill_(~real_k, -math.inf).sub_(",
            "shift = shift.sub_(", "padded keys filling a short row's cluster get weight",
-           ("tests/test_attention_routing.py::test_padded_keys_in_a_short_rows_clusters_get_no_weight",)),
+           ("tests/attention/test_attention_routing.py::test_padded_keys_in_a_short_rows_clusters_get_no_weight",)),
     Mutant("papers-routing-fallback-spare-slots", ROU, "out = out * valid[..., None].to(out.dtype)", "pass",
            "spare fallback slots of a block add a local-attention row to queries a cluster took",
-           (T_ROU, "tests/test_attention_routing.py::"
+           (T_ROU, "tests/attention/test_attention_routing.py::"
                    "test_fallback_is_block_local_attention_on_the_needed_queries_only")),
     Mutant("papers-routing-window-off-by-one", ROU, "window = min(self.window, n)", "window = min(self.window + 1, n)",
            "local block boundaries off by one", (T_ROU,)),
