@@ -23,12 +23,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, require_positive
-from attention.masking import zero_padded
 
 
-def elu_feature_map(x: Tensor) -> Tensor:
-    """phi(x) = elu(x) + 1 (eq. 7): positive, so the normaliser never vanishes on real keys."""
-    return F.elu(x) + 1.0
+def elu_feature_map(x: Tensor, keep: Tensor | None = None) -> Tensor:
+    """phi(x) = elu(x) + 1 (eq. 7): positive, so the normaliser never vanishes on real keys.
+
+    With ``keep`` (0/1, broadcastable), ``phi(x) * keep`` in one fused pass (``keep + elu(x) * keep``)."""
+    elu = F.elu(x)
+    return elu + 1.0 if keep is None else torch.addcmul(keep, elu, keep)
 
 
 class LinearAttention(Mixer):
@@ -38,11 +40,14 @@ class LinearAttention(Mixer):
         self.eps = eps
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+        e = v.shape[-1]
         keep = mask[:, None, :, None].to(q.dtype)
         phi_q = elu_feature_map(q)
-        phi_k = elu_feature_map(k) * keep               # padded keys: no mass anywhere
-        kv = torch.einsum("bhnd,bhne->bhde", phi_k, v)  # sum_j phi(K_j) V_j^T
-        z = phi_k.sum(dim=2)                            # sum_j phi(K_j)
-        num = torch.einsum("bhnd,bhde->bhne", phi_q, kv)
-        den = torch.einsum("bhnd,bhd->bhn", phi_q, z).unsqueeze(-1) + self.eps
-        return zero_padded(num / den, mask)
+        phi_k = elu_feature_map(k, keep)                          # padded keys: no mass anywhere
+        kv = phi_k.transpose(-1, -2) @ v                          # sum_j phi(K_j) V_j^T      [B, H, d, e]
+        z = phi_k.sum(dim=2, keepdim=True).transpose(-1, -2)      # sum_j phi(K_j)            [B, H, d, 1]
+        # Numerator and normaliser from one GEMM; then one pass scales each row by 1 / normaliser,
+        # zero for padded queries (a [B, H, N] factor, so the padding costs no full-size pass).
+        num_den = phi_q @ torch.cat([kv, z], dim=-1)              # [B, H, N, e + 1]
+        row = keep.squeeze(-1) / (num_den[..., e] + self.eps)
+        return num_den[..., :e] * row.unsqueeze(-1)

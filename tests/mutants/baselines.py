@@ -32,13 +32,13 @@ MUTANTS = [
            "mask left out: padded keys receive weight", ref("softmax")),
     # ------------------------------------------------------------------ linear
     Mutant("baselines-linear-no-normaliser", "attention/linear.py",
-           "return zero_padded(num / den, mask)", "return zero_padded(num, mask)",
+           "row = keep.squeeze(-1) / (num_den[..., e] + self.eps)", "row = keep.squeeze(-1)",
            "known port defect: phi(Q)(phi(K)^T V) never divided by its normaliser", ref("linear")),
     Mutant("baselines-linear-padded-keys", "attention/linear.py",
-           "phi_k = elu_feature_map(k) * keep", "phi_k = elu_feature_map(k)",
+           "phi_k = elu_feature_map(k, keep)", "phi_k = elu_feature_map(k)",
            "padded keys enter the sums (and the normaliser)", ref("linear")),
     Mutant("baselines-linear-feature-sign", "attention/linear.py",
-           "return F.elu(x) + 1.0", "return F.elu(-x) + 1.0",
+           "elu = F.elu(x)", "elu = F.elu(-x)",
            "sign flip in the feature map", ref("linear")),
     # ------------------------------------------------------------------ performer
     Mutant("baselines-performer-padded-keys-in-normaliser", "attention/performer.py",
