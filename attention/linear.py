@@ -33,6 +33,32 @@ def elu_feature_map(x: Tensor, keep: Tensor | None = None) -> Tensor:
     return elu + 1.0 if keep is None else torch.addcmul(keep, elu, keep)
 
 
+class _NormalisedProduct(torch.autograd.Function):
+    """``out = (phi_q @ kv) * keep / (phi_q @ z + eps)`` from ``kvz = [kv | z]``, with a hand-written
+    backward: the gradients of the numerator and of the normaliser are written into one
+    ``[..., N, e + 1]`` buffer, so both GEMMs of the backward cover both (autograd's version of the
+    column split costs two zero-filled copies of the product and an add)."""
+
+    @staticmethod
+    def forward(ctx, phi_q: Tensor, kvz: Tensor, keep_row: Tensor, eps: float) -> Tensor:
+        e = kvz.shape[-1] - 1
+        num_den = phi_q @ kvz                                     # [B, H, N, e + 1]
+        den = num_den[..., e] + eps
+        row = keep_row / den                                      # 1 / normaliser; 0 at padded queries
+        out = num_den[..., :e] * row.unsqueeze(-1)
+        ctx.save_for_backward(phi_q, kvz, out, den, row)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        phi_q, kvz, out, den, row = ctx.saved_tensors
+        e = grad.shape[-1]
+        g = grad.new_empty(*grad.shape[:-1], e + 1)
+        torch.mul(grad, row.unsqueeze(-1), out=g[..., :e])       # d/d numerator
+        torch.div((grad * out).sum(-1), den, out=g[..., e]).neg_()   # d/d normaliser = -<grad, out> / den
+        return g @ kvz.transpose(-1, -2), phi_q.transpose(-1, -2) @ g, None, None
+
+
 class LinearAttention(Mixer):
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, eps: float = 1e-6) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
@@ -46,8 +72,6 @@ class LinearAttention(Mixer):
         phi_k = elu_feature_map(k, keep)                          # padded keys: no mass anywhere
         kv = phi_k.transpose(-1, -2) @ v                          # sum_j phi(K_j) V_j^T      [B, H, d, e]
         z = phi_k.sum(dim=2, keepdim=True).transpose(-1, -2)      # sum_j phi(K_j)            [B, H, d, 1]
-        # Numerator and normaliser from one GEMM; then one pass scales each row by 1 / normaliser,
-        # zero for padded queries (a [B, H, N] factor, so the padding costs no full-size pass).
-        num_den = phi_q @ torch.cat([kv, z], dim=-1)              # [B, H, N, e + 1]
-        row = keep.squeeze(-1) / (num_den[..., e] + self.eps)
-        return num_den[..., :e] * row.unsqueeze(-1)
+        # Numerator and normaliser from one GEMM; padded queries get a zero row scale (a [B, H, N]
+        # factor, so the padding costs no full-size pass).
+        return _NormalisedProduct.apply(phi_q, torch.cat([kv, z], dim=-1), keep.squeeze(-1), self.eps)

@@ -32,7 +32,7 @@ MUTANTS = [
            "mask left out: padded keys receive weight", ref("softmax")),
     # ------------------------------------------------------------------ linear
     Mutant("baselines-linear-no-normaliser", "attention/linear.py",
-           "row = keep.squeeze(-1) / (num_den[..., e] + self.eps)", "row = keep.squeeze(-1)",
+           "row = keep_row / den ", "row = keep_row + 0 * den ",
            "known port defect: phi(Q)(phi(K)^T V) never divided by its normaliser", ref("linear")),
     Mutant("baselines-linear-padded-keys", "attention/linear.py",
            "phi_k = elu_feature_map(k, keep)", "phi_k = elu_feature_map(k)",
