@@ -25,7 +25,8 @@ Choices the paper leaves open (and fixes of known port defects), written down:
 * Short configurations: ``n_buckets`` is 1 (no hashing) when ``max_len <= bucket_size``, and with
   one chunk covering the sequence the method is exact shared-QK attention with the self-token rule.
 * Padding: padded tokens get bucket id ``n_buckets`` (after every real bucket), so they sort behind
-  all real tokens and cannot change which real tokens share a chunk; they are also masked as keys.
+  all real tokens and cannot change which real tokens share a chunk; as keys they are masked by the
+  same rule (a real query never shares their bucket).
   The sequence is padded inside to whole chunks (those tokens are padding too).
 * ``N_ij`` uses bucket equality per round (the paper's definition), not whether chunking actually
   let j into i's window in that round.
