@@ -23,12 +23,40 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, require_positive
-from attention.masking import zero_padded
 
 
-def elu_feature_map(x: Tensor) -> Tensor:
-    """phi(x) = elu(x) + 1 (eq. 7): positive, so the normaliser never vanishes on real keys."""
-    return F.elu(x) + 1.0
+def elu_feature_map(x: Tensor, keep: Tensor | None = None) -> Tensor:
+    """phi(x) = elu(x) + 1 (eq. 7): positive, so the normaliser never vanishes on real keys.
+
+    With ``keep`` (0/1, broadcastable), ``phi(x) * keep`` in one fused pass (``keep + elu(x) * keep``)."""
+    elu = F.elu(x)
+    return elu + 1.0 if keep is None else torch.addcmul(keep, elu, keep)
+
+
+class _NormalisedProduct(torch.autograd.Function):
+    """``out = (phi_q @ kv) * keep / (phi_q @ z + eps)`` from ``kvz = [kv | z]``, with a hand-written
+    backward: the gradients of the numerator and of the normaliser are written into one
+    ``[..., N, e + 1]`` buffer, so both GEMMs of the backward cover both (autograd's version of the
+    column split costs two zero-filled copies of the product and an add)."""
+
+    @staticmethod
+    def forward(ctx, phi_q: Tensor, kvz: Tensor, keep_row: Tensor, eps: float) -> Tensor:
+        e = kvz.shape[-1] - 1
+        num_den = phi_q @ kvz                                     # [B, H, N, e + 1]
+        den = num_den[..., e] + eps
+        row = keep_row / den                                      # 1 / normaliser; 0 at padded queries
+        out = num_den[..., :e] * row.unsqueeze(-1)
+        ctx.save_for_backward(phi_q, kvz, out, den, row)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        phi_q, kvz, out, den, row = ctx.saved_tensors
+        e = grad.shape[-1]
+        g = grad.new_empty(*grad.shape[:-1], e + 1)
+        torch.mul(grad, row.unsqueeze(-1), out=g[..., :e])       # d/d numerator
+        torch.div((grad * out).sum(-1), den, out=g[..., e]).neg_()   # d/d normaliser = -<grad, out> / den
+        return g @ kvz.transpose(-1, -2), phi_q.transpose(-1, -2) @ g, None, None
 
 
 class LinearAttention(Mixer):
@@ -38,11 +66,12 @@ class LinearAttention(Mixer):
         self.eps = eps
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+        e = v.shape[-1]
         keep = mask[:, None, :, None].to(q.dtype)
         phi_q = elu_feature_map(q)
-        phi_k = elu_feature_map(k) * keep               # padded keys: no mass anywhere
-        kv = torch.einsum("bhnd,bhne->bhde", phi_k, v)  # sum_j phi(K_j) V_j^T
-        z = phi_k.sum(dim=2)                            # sum_j phi(K_j)
-        num = torch.einsum("bhnd,bhde->bhne", phi_q, kv)
-        den = torch.einsum("bhnd,bhd->bhn", phi_q, z).unsqueeze(-1) + self.eps
-        return zero_padded(num / den, mask)
+        phi_k = elu_feature_map(k, keep)                          # padded keys: no mass anywhere
+        kv = phi_k.transpose(-1, -2) @ v                          # sum_j phi(K_j) V_j^T      [B, H, d, e]
+        z = phi_k.sum(dim=2, keepdim=True).transpose(-1, -2)      # sum_j phi(K_j)            [B, H, d, 1]
+        # Numerator and normaliser from one GEMM; padded queries get a zero row scale (a [B, H, N]
+        # factor, so the padding costs no full-size pass).
+        return _NormalisedProduct.apply(phi_q, torch.cat([kv, z], dim=-1), keep.squeeze(-1), self.eps)

@@ -25,7 +25,8 @@ Choices the paper leaves open (and fixes of known port defects), written down:
 * Short configurations: ``n_buckets`` is 1 (no hashing) when ``max_len <= bucket_size``, and with
   one chunk covering the sequence the method is exact shared-QK attention with the self-token rule.
 * Padding: padded tokens get bucket id ``n_buckets`` (after every real bucket), so they sort behind
-  all real tokens and cannot change which real tokens share a chunk; they are also masked as keys.
+  all real tokens and cannot change which real tokens share a chunk; as keys they are masked by the
+  same rule (a real query never shares their bucket).
   The sequence is padded inside to whole chunks (those tokens are padding too).
 * ``N_ij`` uses bucket equality per round (the paper's definition), not whether chunking actually
   let j into i's window in that round.
@@ -114,15 +115,18 @@ class ReformerAttention(Mixer):
             return g.view(b, h, r, nc, m, dd)
 
         qc, kc, vc = sort(qs), _look_back(sort(kn), 0.0), _look_back(sort(vp), 0.0)
-        mc = maskp[:, None, None, :].expand(b, h, r, np_).gather(-1, perm).view(b, h, r, nc, m)
         pq, bq = perm.view(b, h, r, nc, m), sbkt.view(b, h, r, nc, m)
-        mk, pk, bk = _look_back(mc, False), _look_back(pq, -1), _look_back(bq, -1)   # [B, H, R, nc, 2m]
+        pk, bk = _look_back(pq, -1), _look_back(bq, -1)                               # [B, H, R, nc, 2m]
 
         scores = qc @ kc.transpose(-1, -2)                                             # [B, H, R, nc, m, 2m]
         with torch.no_grad():                                                          # additive logit bias m_ij
+            # A small code per pair, then one table look-up gives the bias (integer work on bytes, a single
+            # float pass): 0 = another bucket this round (or padding: padded tokens have their own bucket and
+            # the look-back fill has none), c in 1..R = same bucket, shared in c rounds (- log N_ij), R + 1 =
+            # the token itself (- penalty; it shares every round).
             dtype = scores.dtype
             penalty = min(self.self_penalty, torch.finfo(dtype).max / 8)
-            bias = torch.where(pq[..., :, None] == pk[..., None, :], -penalty, 0.0).to(dtype)
+            code = (bq[..., :, None] == bk[..., None, :]).to(torch.uint8)
             if r > 1:                                                                  # - log N_ij, App. A
                 count = None
                 flat_q, flat_k = pq.reshape(b, h, -1), pk.clamp(min=0).reshape(b, h, -1)
@@ -131,10 +135,13 @@ class ReformerAttention(Mixer):
                     bq_rr, bk_rr = b_rr.gather(2, flat_q).view(pq.shape), b_rr.gather(2, flat_k).view(pk.shape)
                     eq = bq_rr[..., :, None] == bk_rr[..., None, :]
                     count = eq.to(torch.uint8) if count is None else count.add_(eq)
-                bias -= count.clamp_(min=1).to(dtype).log_()
-            allowed = mk[..., None, :] & (bq[..., :, None] == bk[..., None, :])
-            bias.masked_fill_(~allowed, neg_fill(dtype))
-        scores = scores + bias
+                code.mul_(count)
+            code.masked_fill_(pq[..., :, None] == pk[..., None, :], r + 1)
+            rounds = torch.arange(1, r + 1, device=q.device, dtype=dtype)
+            table = torch.cat([rounds.new_full((1,), neg_fill(dtype)), -rounds.log(),
+                               (-penalty - math.log(r)) * rounds.new_ones(1)])
+            bias = table.index_select(0, code.view(-1).to(torch.int32)).view(code.shape)
+        scores = scores.add_(bias)
         w = torch.softmax(scores, dim=-1)
         # Log-partition per round from the softmax: lse = s_k - log(w_k) at the argmax k. Exact, and it
         # avoids exp() of the masked logits, which takes a slow path on CPU (~10x a softmax).
