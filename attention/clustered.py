@@ -62,56 +62,76 @@ def hash_queries(q: Tensor, planes: Tensor) -> Tensor:
     return torch.where(proj >= 0, 1.0, -1.0)
 
 
-def _hamming_dtype(device: torch.device) -> torch.dtype:
-    """bfloat16 where its matmul is fast: products of +-1 codes summed over <= 256 bits are exact
-    integers in bfloat16 whatever the accumulation precision."""
-    if device.type == "cuda" or (device.type == "cpu" and torch.cpu._is_avx512_bf16_supported()):
-        return torch.bfloat16
-    return torch.float32
+def _similarity_key(codes: Tensor, n_clusters: int) -> tuple[Tensor, int, torch.dtype]:
+    """``[codes, 1]``: a matmul against ``[M * centroid, M - 1 - j]`` gives ``M (bits - 2 hamming) +
+    M - 1 - j`` per cluster j, whose max is the nearest centroid with ties to the lowest index.
+    Integers below 2^24 (2^53) are exact in float32 (float64) whatever the summation order; every
+    factor (+-1, +-M, M - 1 - j < 2^8 for C <= 256) is exact in TF32 and bfloat16 too."""
+    nb = codes.shape[-1]
+    m = 1 << max(0, n_clusters - 1).bit_length()                            # M >= C, a power of two
+    dtype = torch.float32 if (nb + 1) * m < 2 ** 24 else torch.float64
+    return torch.cat([codes.to(dtype), codes.new_ones(codes.shape[:-1] + (1,), dtype=dtype)], -1), m, dtype
 
 
 def hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) -> Tensor:
     """Lloyd's K-means in Hamming space on +-1 ``codes [B,H,N,bits]``.
 
     Returns labels ``[B,H,N]`` in ``[0, n_clusters)`` for real queries and ``n_clusters`` (a discard
-    slot) for padded ones, so padding never seeds, joins or moves a centroid.
+    slot) for padded ones, so padding never seeds, joins or moves a centroid. One Lloyd iteration is
+    one matmul (assignment, its argmax folded into an amax by :func:`_similarity_key`), one
+    ``index_add`` (per-bit votes and member counts together) and one top-k (restarts).
     """
+    with torch.autocast(codes.device.type, enabled=False):   # the exact-integer matmul needs full precision
+        return _hamming_kmeans(codes, mask, n_clusters, iters)
+
+
+def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) -> Tensor:
     b, h, n, nb = codes.shape
-    c = n_clusters
+    c, dev = n_clusters, codes.device
     lengths = mask.sum(-1)                                                  # [B]
     # Real positions first, in order; seed c takes the real query of rank floor(c * len / C).
     order = torch.argsort((~mask).to(torch.uint8), dim=-1, stable=True)     # [B,N]
-    ranks = (torch.arange(c, device=mask.device)[None, :] * lengths[:, None]) // c
+    ranks = (torch.arange(c, device=dev)[None, :] * lengths[:, None]) // c
     seeds = order.gather(1, ranks.clamp(max=n - 1))                         # [B,C]
-    centroids = codes.gather(2, seeds[:, None, :, None].expand(b, h, c, nb))
-    padded = ~mask[:, None, :].expand(b, h, n)
-    ones = codes.new_ones(b, h, n)
-    fast = _hamming_dtype(codes.device) if nb <= 256 else codes.dtype
-    codes_fast = codes.to(fast)
+    keyed, m, dtype = _similarity_key(codes, c)                             # [B,H,N,bits+1]
+    keyed = keyed.view(b * h, n, nb + 1)
+    rows = b * h
+    # Centroids as [M * code, M - 1 - j]: the last column breaks ties towards the lowest index.
+    cent = keyed.view(b, h, n, nb + 1).gather(2, seeds[:, None, :, None].expand(b, h, c, nb + 1)).reshape(rows, c, nb + 1)
+    cent[..., :nb] *= m
+    cent[..., nb] = (m - 1 - torch.arange(c, device=dev)).to(dtype)
+    padded = ~mask[:, None, :].expand(b, h, n).reshape(rows, n)
+    shift = m.bit_length() - 1
+    # Restart candidates: farthest first, equal distances by lower position, padded last.
+    pos_bits = max(1, (n - 1).bit_length())
+    tie = (1 << pos_bits) - 1 - torch.arange(n, device=dev)
+    slot_base = torch.arange(rows, device=dev)[:, None] * (c + 1)
 
-    def similarity(cent: Tensor) -> Tensor:                                 # bits - 2 * hamming
-        return (codes_fast @ cent.to(fast).transpose(-1, -2)).to(codes.dtype)  # argmax is slow in bf16
+    def assign() -> tuple[Tensor, Tensor]:
+        key = torch.bmm(keyed, cent.transpose(1, 2)).amax(-1).to(torch.int64)   # [BH,N]
+        labels = (m - 1) - (key & (m - 1))
+        return labels.masked_fill(padded, c), key >> shift                # label, bits - 2 * hamming
 
     for _ in range(iters):
-        sim = similarity(centroids)
-        labels = sim.argmax(-1)
-        best = sim.gather(-1, labels[..., None])[..., 0]
-        labels = labels.masked_fill(padded, c)
-        # Per-bit majority: the sum of the members' +-1 codes is > 0 iff most members have the bit.
-        votes = codes.new_zeros(b, h, c + 1, nb).scatter_add_(2, labels[..., None].expand(b, h, n, nb), codes)
-        members = codes.new_zeros(b, h, c + 1).scatter_add_(2, labels, ones)[:, :, :c, None]
-        majority = torch.where(votes[:, :, :c] > 0, 1.0, -1.0)
+        labels, best = assign()
+        # Per-bit majority: the sum of the members' +-1 codes is > 0 iff most members have the bit;
+        # the constant column sums to the member count.
+        votes = keyed.new_zeros(rows * (c + 1), nb + 1).index_add_(0, (labels + slot_base).flatten(),
+                                                                   keyed.view(rows * n, nb + 1))
+        votes = votes.view(rows, c + 1, nb + 1)[:, :c]
+        members = votes[..., nb]
         # The r-th empty cluster restarts at the r-th worst-represented real query (if it is not
         # already exactly represented): duplicate seeds do not waste clusters.
-        distortion = (nb - best).masked_fill(padded, -1.0)
-        far_d, far = distortion.sort(dim=-1, descending=True, stable=True)  # ties: lowest position first
-        far_d, far = far_d[..., :min(c, n)], far[..., :min(c, n)]           # [B,H,C]
-        empty = members[..., 0] == 0
+        distortion = (nb - best).masked_fill(padded, -1)                    # = 2 * hamming
+        far_key, far = ((distortion << pos_bits) + tie).topk(min(c, n), dim=-1)    # [BH,C], sorted
+        empty = members == 0
         rank = (empty.cumsum(-1) - 1).clamp(min=0)
-        reseed = empty & (far_d.gather(-1, rank) > 0)
-        restart = codes.gather(2, far.gather(-1, rank)[..., None].expand(b, h, c, nb))
-        centroids = torch.where(members > 0, majority, torch.where(reseed[..., None], restart, centroids))
-    return similarity(centroids).argmax(-1).masked_fill(padded, c)
+        reseed = empty & (far_key.gather(-1, rank) >> pos_bits > 0)
+        restart = keyed.gather(1, far.gather(-1, rank)[..., None].expand(rows, c, nb + 1))[..., :nb] * m
+        bits = cent[..., :nb]
+        majority = torch.where(votes[..., :nb] > 0, float(m), float(-m)).to(dtype)
+        cent[..., :nb] = torch.where(members[..., None] > 0, majority, torch.where(reseed[..., None], restart, bits))
+    return assign()[0].view(b, h, n)
 
 
 def _take(t: Tensor, idx: Tensor) -> Tensor:
@@ -162,6 +182,45 @@ def exact_on_cluster_keys(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, labels:
     logits = logits.masked_fill(~real_key[..., None, :], neg_fill(q.dtype))
     out = (torch.softmax(logits, dim=-1) @ _take(v, keys)).view(b, h, n_slots, d)
     return out.gather(2, slots[..., None].expand(b, h, n, d))
+
+
+class _ClusteredBelowTopK(torch.autograd.Function):
+    """Eqs. 4, 9 and the non-top-k part of eq. 10 in one node that keeps one ``[B,H,C,N]`` matrix.
+
+    ``A^c = softmax(Q^c K^T * scale + bias)``; returns ``(A^c with its top-k columns zeroed) V``,
+    the top-k mass ``m`` and the top-k key indices. Autograd would keep ``A^c`` and its zeroed copy;
+    here the top-k entries are zeroed in place and kept aside (``C k`` values), and the softmax
+    backward is rebuilt from the two parts: ``dL = A (dA - sum(A dA))`` with ``dA = dR V^T`` off the
+    top-k columns and ``dA = dm`` on them.
+    """
+
+    @staticmethod
+    def forward(ctx, centroids: Tensor, k: Tensor, v: Tensor, bias: Tensor, topk: int, scale: float):
+        logits = torch.matmul(centroids, k.transpose(-1, -2)).mul_(scale).add_(bias)
+        ac = torch.softmax(logits, dim=-1)                                  # eq. 4, [B,H,C,N]
+        top_mass, top_idx = ac.topk(topk, dim=-1)                           # [B,H,C,k]
+        rest = ac.scatter_(-1, top_idx, 0.0)                                # A^c off the top-k columns
+        ctx.save_for_backward(centroids, k, v, rest, top_mass, top_idx)
+        dev = centroids.device.type
+        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
+        ctx.scale = scale
+        ctx.mark_non_differentiable(top_idx)
+        return rest @ v, top_mass.sum(-1), top_idx                         # eq. 10's first part, eq. 9
+
+    @staticmethod
+    def backward(ctx, d_rest: Tensor, d_mass: Tensor, _):
+        centroids, k, v, rest, top_mass, top_idx = ctx.saved_tensors
+        dev, enabled, dtype = ctx.amp
+        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+            dv = rest.transpose(-1, -2) @ d_rest
+            da = d_rest @ v.transpose(-1, -2)                               # dL/dA^c off the top-k columns
+            d_mass = d_mass[..., None].to(top_mass.dtype)
+            dot = (rest * da).sum(-1, keepdim=True) + (top_mass * d_mass).sum(-1, keepdim=True)
+            dl = da.sub_(dot).mul_(rest)                                    # softmax backward, 0 on top-k
+            dl.scatter_(-1, top_idx, (top_mass * (d_mass - dot)).to(dl.dtype))   # ... and its top-k columns
+            dl.mul_(ctx.scale)
+            dq, dk = dl @ k, dl.transpose(-1, -2) @ centroids
+        return dq.to(centroids.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
 
 
 class ClusteredAttention(Mixer):
@@ -219,11 +278,7 @@ class ClusteredAttention(Mixer):
             return zero_padded(out, mask)
 
         scale = 1.0 / math.sqrt(d)
-        ac = torch.softmax(centroids @ k.transpose(-1, -2) * scale + bias, dim=-1)   # [B,H,C,N]
-        kk = min(self.topk, n)
-        top_mass, top_idx = ac.topk(kk, dim=-1)                              # [B,H,C,k]
-        mass = top_mass.sum(-1)                                             # eq. 9, [B,H,C]
-        rest = ac.scatter(-1, top_idx, 0.0) @ v                             # non-top-k part of eq. 10
+        rest, mass, top_idx = _ClusteredBelowTopK.apply(centroids, k, v, bias, min(self.topk, n), scale)
         exact = exact_on_cluster_keys(q, k, v, mask, labels, top_idx, scale)    # [B,H,N,D]
         out = rest.gather(2, lab[..., None].expand(b, h, n, d)) + mass.gather(2, lab)[..., None] * exact
         return zero_padded(out, mask)
