@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, require_non_negative, require_positive
-from attention.masking import key_bias, neg_fill, zero_padded
+from attention.masking import key_bias, zero_padded
 
 
 def hash_queries(q: Tensor, planes: Tensor) -> Tensor:
@@ -107,13 +107,18 @@ def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) ->
     tie = (1 << pos_bits) - 1 - torch.arange(n, device=dev)
     slot_base = torch.arange(rows, device=dev)[:, None] * (c + 1)
 
-    def assign() -> tuple[Tensor, Tensor]:
-        key = torch.bmm(keyed, cent.transpose(1, 2)).amax(-1).to(torch.int64)   # [BH,N]
+    # sim[j, i] = M (bits - 2 hamming(i, j)) + M - 1 - j, kept across iterations: only the rows of
+    # centroids that moved are recomputed (exact integers, so the same as recomputing them all).
+    sim = torch.bmm(cent, keyed.transpose(1, 2))                            # [BH,C,N]
+    row_base = torch.arange(rows, device=dev)[:, None] * c
+
+    def nearest() -> tuple[Tensor, Tensor]:
+        key = sim.amax(1).to(torch.int64)                                   # [BH,N]
         labels = (m - 1) - (key & (m - 1))
         return labels.masked_fill(padded, c), key >> shift                # label, bits - 2 * hamming
 
     for _ in range(iters):
-        labels, best = assign()
+        labels, best = nearest()
         # Per-bit majority: the sum of the members' +-1 codes is > 0 iff most members have the bit;
         # the constant column sums to the member count.
         votes = keyed.new_zeros(rows * (c + 1), nb + 1).index_add_(0, (labels + slot_base).flatten(),
@@ -130,15 +135,16 @@ def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) ->
         restart = keyed.gather(1, far.gather(-1, rank)[..., None].expand(rows, c, nb + 1))[..., :nb] * m
         bits = cent[..., :nb]
         majority = torch.where(votes[..., :nb] > 0, float(m), float(-m)).to(dtype)
-        cent[..., :nb] = torch.where(members[..., None] > 0, majority, torch.where(reseed[..., None], restart, bits))
-    return assign()[0].view(b, h, n)
-
-
-def _take(t: Tensor, idx: Tensor) -> Tensor:
-    """Rows of ``t [B,H,N,D]`` at ``idx [B,H,...]`` -> ``[B,H,...,D]`` (no N x N intermediate)."""
-    b, h, n, d = t.shape
-    offsets = (torch.arange(b * h, device=t.device) * n).view(b, h, *([1] * (idx.dim() - 2)))
-    return t.reshape(b * h * n, d).index_select(0, (idx + offsets).reshape(-1)).view(*idx.shape, d)
+        moved_bits = torch.where(members[..., None] > 0, majority, torch.where(reseed[..., None], restart, bits))
+        moved = (moved_bits != bits).any(-1)                                # [BH,C]
+        cent[..., :nb] = moved_bits
+        most = int(moved.sum(-1).max())     # one host read per iteration: the work it saves is data-dependent
+        if most == 0:                       # a fixed point: every further iteration would repeat this one
+            break
+        rows_moved = moved.to(torch.uint8).argsort(dim=-1, descending=True, stable=True)[:, :most]   # [BH,most]
+        fresh = torch.bmm(cent.gather(1, rows_moved[..., None].expand(rows, most, nb + 1)), keyed.transpose(1, 2))
+        sim.view(rows * c, n).index_copy_(0, (rows_moved + row_base).flatten(), fresh.view(rows * most, n))
+    return nearest()[0].view(b, h, n)
 
 
 def cluster_major_slots(labels: Tensor, n_clusters: int, chunk: int) -> tuple[Tensor, Tensor, int]:
@@ -163,25 +169,41 @@ def cluster_major_slots(labels: Tensor, n_clusters: int, chunk: int) -> tuple[Te
     return slots, chunk_cluster.scatter_(2, slots // chunk, labels), n_slots
 
 
-def exact_on_cluster_keys(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, labels: Tensor, top_idx: Tensor,
-                          scale: float) -> Tensor:
-    """softmax(q_i K_T^T) V_T over the top-k keys T of query i's cluster (padded keys masked).
+def _rows(t: Tensor, idx: Tensor) -> Tensor:
+    """Rows of ``t [B,H,R,D]`` at ``idx [B,H,S]`` -> ``[B*H*S, D]`` (one row gather, whose backward
+    is one ``index_add``)."""
+    b, h, r, d = t.shape
+    flat = idx + (torch.arange(b * h, device=t.device) * r).view(b, h, 1)
+    return t.reshape(b * h * r, d).index_select(0, flat.reshape(-1))
+
+
+def improved_output(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, labels: Tensor, top_idx: Tensor,
+                    rest: Tensor, mass: Tensor, scale: float) -> Tensor:
+    """Eqs. 10-11 for every query i of cluster j: ``rest_j + m_j softmax(q_i K_T^T) V_T`` over the
+    top-k keys T of its cluster (padded keys masked), ``rest [B,H,C,D]``, ``mass [B,H,C]``.
 
     The member queries of a cluster share its key set, so queries are laid out cluster-major in
     chunks and each chunk does one small matmul against its cluster's k keys: the gathered keys are
-    O(N k D / chunk) instead of one copy per query. Padded queries (label C) read cluster C-1.
+    O(N k D / chunk) instead of one copy per query. Key mask, scale, m_j and rest_j enter the two
+    batched matmuls (``baddbmm``) chunk by chunk, so the only per-query tensors are the queries laid
+    out and the result read back. Padded queries (label C) read cluster C-1.
     """
     b, h, n, d = q.shape
     c, kk = top_idx.shape[2], top_idx.shape[3]
     chunk = max(1, min(16, n // c))                                         # about the mean cluster size
     slots, chunk_cluster, n_slots = cluster_major_slots(labels, c, chunk)
-    keys = top_idx.gather(2, chunk_cluster.clamp(max=c - 1)[..., None].expand(-1, -1, -1, kk))  # [B,H,M/P,k]
-    real_key = mask[:, None, :].expand(b, h, n).gather(2, keys.flatten(2)).view_as(keys)
-    qp = q.new_zeros(b, h, n_slots, d).scatter(2, slots[..., None].expand(b, h, n, d), q)
-    logits = qp.view(b, h, -1, chunk, d) @ _take(k, keys).transpose(-1, -2) * scale   # [B,H,M/P,P,k]
-    logits = logits.masked_fill(~real_key[..., None, :], neg_fill(q.dtype))
-    out = (torch.softmax(logits, dim=-1) @ _take(v, keys)).view(b, h, n_slots, d)
-    return out.gather(2, slots[..., None].expand(b, h, n, d))
+    cc = chunk_cluster.clamp(max=c - 1)                                     # [B,H,G], G = M / chunk
+    g = cc.shape[2]
+    keys = top_idx.gather(2, cc[..., None].expand(-1, -1, -1, kk)).view(b, h, g * kk)    # [B,H,G*k]
+    bias = key_bias(mask, q.dtype)[:, 0].expand(b, h, n).gather(2, keys).view(b * h * g, 1, kk)
+    slot_rows = (slots + (torch.arange(b * h, device=q.device) * n_slots).view(b, h, 1)).reshape(-1)
+    qp = q.new_zeros(b * h * n_slots, d).index_copy(0, slot_rows, q.reshape(b * h * n, d))
+    k_top = _rows(k, keys).view(b * h * g, kk, d)
+    logits = torch.baddbmm(bias, qp.view(b * h * g, chunk, d), k_top.transpose(1, 2), alpha=scale)
+    probs = torch.softmax(logits, dim=-1) * mass.gather(2, cc).view(b * h * g, 1, 1)
+    v_top = _rows(v, keys).view(b * h * g, kk, d)
+    out = torch.baddbmm(_rows(rest, cc).view(b * h * g, 1, d), probs, v_top)   # [B*H*G, chunk, D]
+    return out.view(b * h * n_slots, d).index_select(0, slot_rows).view(b, h, n, d)
 
 
 class _ClusteredBelowTopK(torch.autograd.Function):
@@ -265,20 +287,18 @@ class ClusteredAttention(Mixer):
         c = min(self.clusters, n)
         labels = self.cluster(q, mask)
         # eq. 3: centroid = mean of the member queries (slot c collects padded queries, dropped).
-        idx = labels[..., None].expand(b, h, n, d)
-        sums = q.new_zeros(b, h, c + 1, d).scatter_add(2, idx, q)
-        counts = q.new_zeros(b, h, c + 1).scatter_add_(2, labels, torch.ones_like(labels, dtype=q.dtype))
-        centroids = (sums / counts.clamp(min=1.0)[..., None])[:, :, :c]
+        flat = (labels + (torch.arange(b * h, device=q.device) * (c + 1)).view(b, h, 1)).reshape(-1)
+        sums = q.new_zeros(b * h * (c + 1), d).index_add(0, flat, q.reshape(b * h * n, d))
+        counts = torch.bincount(flat, minlength=b * h * (c + 1)).to(q.dtype)
+        centroids = (sums / counts.clamp(min=1.0)[:, None]).view(b, h, c + 1, d)[:, :, :c]
         bias = key_bias(mask, q.dtype)                                       # [B,1,1,N]
-        lab = labels.clamp(max=c - 1)  # padded queries read cluster c-1; zeroed at the end
 
         if not self.improved or c == n:  # c == n: each query is its centroid, the top-k step is the identity
+            lab = labels.clamp(max=c - 1)  # padded queries read cluster c-1; zeroed at the end
             vc = F.scaled_dot_product_attention(centroids, k, v, attn_mask=bias)   # eqs. 4-5
-            out = vc.gather(2, lab[..., None].expand(b, h, n, d))                # eq. 6
-            return zero_padded(out, mask)
+            return zero_padded(_rows(vc, lab).view(b, h, n, d), mask)           # eq. 6
 
         scale = 1.0 / math.sqrt(d)
         rest, mass, top_idx = _ClusteredBelowTopK.apply(centroids, k, v, bias, min(self.topk, n), scale)
-        exact = exact_on_cluster_keys(q, k, v, mask, labels, top_idx, scale)    # [B,H,N,D]
-        out = rest.gather(2, lab[..., None].expand(b, h, n, d)) + mass.gather(2, lab)[..., None] * exact
+        out = improved_output(q, k, v, mask, labels, top_idx, rest, mass, scale)   # eqs. 10-11
         return zero_padded(out, mask)
