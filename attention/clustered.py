@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, require_non_negative, require_positive
-from attention.masking import key_bias, zero_padded
+from attention.masking import key_bias
 
 
 def hash_queries(q: Tensor, planes: Tensor) -> Tensor:
@@ -200,9 +200,12 @@ def improved_output(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, labels: Tenso
     qp = q.new_zeros(b * h * n_slots, d).index_copy(0, slot_rows, q.reshape(b * h * n, d))
     k_top = _rows(k, keys).view(b * h * g, kk, d)
     logits = torch.baddbmm(bias, qp.view(b * h * g, chunk, d), k_top.transpose(1, 2), alpha=scale)
-    probs = torch.softmax(logits, dim=-1) * mass.gather(2, cc).view(b * h * g, 1, 1)
+    # Chunks of padded queries (cluster C) read m = 0 and rest = 0: their outputs are exactly 0.
+    mass = F.pad(mass, (0, 1)).gather(2, chunk_cluster).view(b * h * g, 1, 1)
+    probs = torch.softmax(logits, dim=-1) * mass
     v_top = _rows(v, keys).view(b * h * g, kk, d)
-    out = torch.baddbmm(_rows(rest, cc).view(b * h * g, 1, d), probs, v_top)   # [B*H*G, chunk, D]
+    rest = _rows(F.pad(rest, (0, 0, 0, 1)), chunk_cluster).view(b * h * g, 1, d)
+    out = torch.baddbmm(rest, probs, v_top)                                # [B*H*G, chunk, D]
     return out.view(b * h * n_slots, d).index_select(0, slot_rows).view(b, h, n, d)
 
 
@@ -222,27 +225,29 @@ class _ClusteredBelowTopK(torch.autograd.Function):
         ac = torch.softmax(logits, dim=-1)                                  # eq. 4, [B,H,C,N]
         top_mass, top_idx = ac.topk(topk, dim=-1)                           # [B,H,C,k]
         rest = ac.scatter_(-1, top_idx, 0.0)                                # A^c off the top-k columns
-        ctx.save_for_backward(centroids, k, v, rest, top_mass, top_idx)
+        out = rest @ v                                                      # eq. 10's first part
+        ctx.save_for_backward(centroids, k, v, rest, out, top_mass, top_idx)
         dev = centroids.device.type
         ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
         ctx.scale = scale
         ctx.mark_non_differentiable(top_idx)
-        return rest @ v, top_mass.sum(-1), top_idx                         # eq. 10's first part, eq. 9
+        return out, top_mass.sum(-1), top_idx                               # and eq. 9
 
     @staticmethod
     def backward(ctx, d_rest: Tensor, d_mass: Tensor, _):
-        centroids, k, v, rest, top_mass, top_idx = ctx.saved_tensors
+        centroids, k, v, rest, out, top_mass, top_idx = ctx.saved_tensors
         dev, enabled, dtype = ctx.amp
         with torch.autocast(dev, dtype=dtype, enabled=enabled):
             dv = rest.transpose(-1, -2) @ d_rest
             da = d_rest @ v.transpose(-1, -2)                               # dL/dA^c off the top-k columns
             d_mass = d_mass[..., None].to(top_mass.dtype)
-            dot = (rest * da).sum(-1, keepdim=True) + (top_mass * d_mass).sum(-1, keepdim=True)
-            dl = da.sub_(dot).mul_(rest)                                    # softmax backward, 0 on top-k
+            # sum_l A_l dA_l: off the top-k columns sum_l R_l (dR . V_l) = dR . (R V), on them m dm.
+            dot = (d_rest * out).sum(-1, keepdim=True).to(top_mass.dtype) + top_mass.sum(-1, keepdim=True) * d_mass
+            dl = da.sub_(dot.to(da.dtype)).mul_(rest)                       # softmax backward, 0 on top-k
             dl.scatter_(-1, top_idx, (top_mass * (d_mass - dot)).to(dl.dtype))   # ... and its top-k columns
-            dl.mul_(ctx.scale)
             dq, dk = dl @ k, dl.transpose(-1, -2) @ centroids
-        return dq.to(centroids.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
+        return ((dq * ctx.scale).to(centroids.dtype), (dk * ctx.scale).to(k.dtype), dv.to(v.dtype),
+                None, None, None)
 
 
 class ClusteredAttention(Mixer):
@@ -294,11 +299,10 @@ class ClusteredAttention(Mixer):
         bias = key_bias(mask, q.dtype)                                       # [B,1,1,N]
 
         if not self.improved or c == n:  # c == n: each query is its centroid, the top-k step is the identity
-            lab = labels.clamp(max=c - 1)  # padded queries read cluster c-1; zeroed at the end
             vc = F.scaled_dot_product_attention(centroids, k, v, attn_mask=bias)   # eqs. 4-5
-            return zero_padded(_rows(vc, lab).view(b, h, n, d), mask)           # eq. 6
+            vc = F.pad(vc, (0, 0, 0, 1))                  # padded queries (label C) read a zero row
+            return _rows(vc, labels).view(b, h, n, d)                           # eq. 6
 
         scale = 1.0 / math.sqrt(d)
         rest, mass, top_idx = _ClusteredBelowTopK.apply(centroids, k, v, bias, min(self.topk, n), scale)
-        out = improved_output(q, k, v, mask, labels, top_idx, rest, mass, scale)   # eqs. 10-11
-        return zero_padded(out, mask)
+        return improved_output(q, k, v, mask, labels, top_idx, rest, mass, scale)   # eqs. 10-11
