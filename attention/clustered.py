@@ -22,13 +22,23 @@ Choices the paper leaves open, written down:
   :meth:`Mixer.generator` on every call (new planes each training step; fixed planes in eval).
   Hashing, K-means, top-k selection are discrete and carry no gradient; gradients flow through the
   centroid means (eq. 3), the clustered softmax, and (i_clustered) the exact top-k softmax and m_j.
-* Hamming distance: codes are +-1 vectors, so ``B - 2 * hamming = code . centroid``; the assignment
-  is an argmax of one matmul (exact integers; in bfloat16 where that is fast, exact for B <= 256),
-  ties to the lowest cluster index.
+* Hamming distance: codes are +-1 vectors, so ``B - 2 * hamming = code . centroid``; the nearest
+  centroid, ties to the lowest cluster index, is the max of one matmul of ``[code, 1]`` against
+  ``[M * centroid, M - 1 - j]`` (M >= C a power of two): exact integers in float32 (float64 when
+  ``(B + 1) M >= 2^24``), so an ``amax`` replaces an ``argmax`` and no tie can go another way.
 * K-means update: per-bit majority vote of the members (a tie gives bit -1). The r-th empty cluster
   restarts at the r-th real query farthest from its centroid (equal distances: lower position
   first; unless that distance is 0), else keeps its centroid. ``L`` iterations of (assign,
   update), then a final assignment.
+* Speed, with the same labels as the plain loop: the ``[C, N]`` similarity matrix is kept across
+  iterations and only the rows of centroids that moved are recomputed (the integers are exact, so
+  this equals recomputing all); once no centroid moves the iterations stop (every further one would
+  repeat the last). That costs one host read per iteration (how many rows to recompute), which on a
+  GPU is one small sync against ten Lloyd steps of work. Votes and member counts are one
+  ``index_add`` of ``[code, 1]`` rows.
+* i_clustered's clustered part (eqs. 4, 9, the non-top-k part of 10) is one autograd node that keeps
+  a single ``[B,H,C,N]`` matrix (A^c with its top-k columns zeroed in place); its backward rebuilds
+  the softmax gradient from that matrix and the top-k values (``sum_l A_l dA_l = dR . (R V) + m dm``).
 * Initial centroids: the codes of C real queries evenly spaced in position order (deterministic, no
   randomness spent). When C >= the number of real queries every query seeds a centroid, so distinct
   queries get clusters of their own and the method reduces to exact softmax (the oracle test).
