@@ -107,7 +107,8 @@ def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) ->
     keyed = keyed.view(b * h, n, nb + 1)
     rows = b * h
     # Centroids as [M * code, M - 1 - j]: the last column breaks ties towards the lowest index.
-    cent = keyed.view(b, h, n, nb + 1).gather(2, seeds[:, None, :, None].expand(b, h, c, nb + 1)).reshape(rows, c, nb + 1)
+    cent = keyed.view(b, h, n, nb + 1).gather(2, seeds[:, None, :, None].expand(b, h, c, nb + 1))
+    cent = cent.reshape(rows, c, nb + 1)
     cent[..., :nb] *= m
     cent[..., nb] = (m - 1 - torch.arange(c, device=dev)).to(dtype)
     padded = ~mask[:, None, :].expand(b, h, n).reshape(rows, n)
