@@ -22,13 +22,23 @@ Choices the paper leaves open, written down:
   :meth:`Mixer.generator` on every call (new planes each training step; fixed planes in eval).
   Hashing, K-means, top-k selection are discrete and carry no gradient; gradients flow through the
   centroid means (eq. 3), the clustered softmax, and (i_clustered) the exact top-k softmax and m_j.
-* Hamming distance: codes are +-1 vectors, so ``B - 2 * hamming = code . centroid``; the assignment
-  is an argmax of one matmul (exact integers; in bfloat16 where that is fast, exact for B <= 256),
-  ties to the lowest cluster index.
+* Hamming distance: codes are +-1 vectors, so ``B - 2 * hamming = code . centroid``; the nearest
+  centroid, ties to the lowest cluster index, is the max of one matmul of ``[code, 1]`` against
+  ``[M * centroid, M - 1 - j]`` (M >= C a power of two): exact integers in float32 (float64 when
+  ``(B + 1) M >= 2^24``), so an ``amax`` replaces an ``argmax`` and no tie can go another way.
 * K-means update: per-bit majority vote of the members (a tie gives bit -1). The r-th empty cluster
   restarts at the r-th real query farthest from its centroid (equal distances: lower position
   first; unless that distance is 0), else keeps its centroid. ``L`` iterations of (assign,
   update), then a final assignment.
+* Speed, with the same labels as the plain loop: the ``[C, N]`` similarity matrix is kept across
+  iterations and only the rows of centroids that moved are recomputed (the integers are exact, so
+  this equals recomputing all); once no centroid moves the iterations stop (every further one would
+  repeat the last). That costs one host read per iteration (how many rows to recompute), which on a
+  GPU is one small sync against ten Lloyd steps of work. Votes and member counts are one
+  ``index_add`` of ``[code, 1]`` rows.
+* i_clustered's clustered part (eqs. 4, 9, the non-top-k part of 10) is one autograd node that keeps
+  a single ``[B,H,C,N]`` matrix (A^c with its top-k columns zeroed in place); its backward rebuilds
+  the softmax gradient from that matrix and the top-k values (``sum_l A_l dA_l = dR . (R V) + m dm``).
 * Initial centroids: the codes of C real queries evenly spaced in position order (deterministic, no
   randomness spent). When C >= the number of real queries every query seeds a centroid, so distinct
   queries get clusters of their own and the method reduces to exact softmax (the oracle test).
@@ -53,7 +63,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, require_non_negative, require_positive
-from attention.masking import key_bias, neg_fill, zero_padded
+from attention.masking import key_bias
 
 
 def hash_queries(q: Tensor, planes: Tensor) -> Tensor:
@@ -62,63 +72,90 @@ def hash_queries(q: Tensor, planes: Tensor) -> Tensor:
     return torch.where(proj >= 0, 1.0, -1.0)
 
 
-def _hamming_dtype(device: torch.device) -> torch.dtype:
-    """bfloat16 where its matmul is fast: products of +-1 codes summed over <= 256 bits are exact
-    integers in bfloat16 whatever the accumulation precision."""
-    if device.type == "cuda" or (device.type == "cpu" and torch.cpu._is_avx512_bf16_supported()):
-        return torch.bfloat16
-    return torch.float32
+def _similarity_key(codes: Tensor, n_clusters: int) -> tuple[Tensor, int, torch.dtype]:
+    """``[codes, 1]``: a matmul against ``[M * centroid, M - 1 - j]`` gives ``M (bits - 2 hamming) +
+    M - 1 - j`` per cluster j, whose max is the nearest centroid with ties to the lowest index.
+    Integers below 2^24 (2^53) are exact in float32 (float64) whatever the summation order; every
+    factor (+-1, +-M, M - 1 - j < 2^8 for C <= 256) is exact in TF32 and bfloat16 too."""
+    nb = codes.shape[-1]
+    m = 1 << max(0, n_clusters - 1).bit_length()                            # M >= C, a power of two
+    dtype = torch.float32 if (nb + 1) * m < 2 ** 24 else torch.float64
+    return torch.cat([codes.to(dtype), codes.new_ones(codes.shape[:-1] + (1,), dtype=dtype)], -1), m, dtype
 
 
 def hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) -> Tensor:
     """Lloyd's K-means in Hamming space on +-1 ``codes [B,H,N,bits]``.
 
     Returns labels ``[B,H,N]`` in ``[0, n_clusters)`` for real queries and ``n_clusters`` (a discard
-    slot) for padded ones, so padding never seeds, joins or moves a centroid.
+    slot) for padded ones, so padding never seeds, joins or moves a centroid. One Lloyd iteration is
+    one matmul (assignment, its argmax folded into an amax by :func:`_similarity_key`), one
+    ``index_add`` (per-bit votes and member counts together) and one top-k (restarts).
     """
+    with torch.autocast(codes.device.type, enabled=False):   # the exact-integer matmul needs full precision
+        return _hamming_kmeans(codes, mask, n_clusters, iters)
+
+
+def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) -> Tensor:
     b, h, n, nb = codes.shape
-    c = n_clusters
+    c, dev = n_clusters, codes.device
     lengths = mask.sum(-1)                                                  # [B]
     # Real positions first, in order; seed c takes the real query of rank floor(c * len / C).
     order = torch.argsort((~mask).to(torch.uint8), dim=-1, stable=True)     # [B,N]
-    ranks = (torch.arange(c, device=mask.device)[None, :] * lengths[:, None]) // c
+    ranks = (torch.arange(c, device=dev)[None, :] * lengths[:, None]) // c
     seeds = order.gather(1, ranks.clamp(max=n - 1))                         # [B,C]
-    centroids = codes.gather(2, seeds[:, None, :, None].expand(b, h, c, nb))
-    padded = ~mask[:, None, :].expand(b, h, n)
-    ones = codes.new_ones(b, h, n)
-    fast = _hamming_dtype(codes.device) if nb <= 256 else codes.dtype
-    codes_fast = codes.to(fast)
+    keyed, m, dtype = _similarity_key(codes, c)                             # [B,H,N,bits+1]
+    keyed = keyed.view(b * h, n, nb + 1)
+    rows = b * h
+    # Centroids as [M * code, M - 1 - j]: the last column breaks ties towards the lowest index.
+    cent = keyed.view(b, h, n, nb + 1).gather(2, seeds[:, None, :, None].expand(b, h, c, nb + 1))
+    cent = cent.reshape(rows, c, nb + 1)
+    cent[..., :nb] *= m
+    cent[..., nb] = (m - 1 - torch.arange(c, device=dev)).to(dtype)
+    padded = ~mask[:, None, :].expand(b, h, n).reshape(rows, n)
+    shift = m.bit_length() - 1
+    # Restart candidates: farthest first, equal distances by lower position, padded last.
+    pos_bits = max(1, (n - 1).bit_length())
+    tie = (1 << pos_bits) - 1 - torch.arange(n, device=dev)
+    slot_base = torch.arange(rows, device=dev)[:, None] * (c + 1)
 
-    def similarity(cent: Tensor) -> Tensor:                                 # bits - 2 * hamming
-        return (codes_fast @ cent.to(fast).transpose(-1, -2)).to(codes.dtype)  # argmax is slow in bf16
+    # sim[j, i] = M (bits - 2 hamming(i, j)) + M - 1 - j, kept across iterations: only the rows of
+    # centroids that moved are recomputed (exact integers, so the same as recomputing them all).
+    sim = torch.bmm(cent, keyed.transpose(1, 2))                            # [BH,C,N]
+    row_base = torch.arange(rows, device=dev)[:, None] * c
+
+    def nearest() -> tuple[Tensor, Tensor]:
+        key = sim.amax(1).to(torch.int64)                                   # [BH,N]
+        labels = (m - 1) - (key & (m - 1))
+        return labels.masked_fill(padded, c), key >> shift                # label, bits - 2 * hamming
 
     for _ in range(iters):
-        sim = similarity(centroids)
-        labels = sim.argmax(-1)
-        best = sim.gather(-1, labels[..., None])[..., 0]
-        labels = labels.masked_fill(padded, c)
-        # Per-bit majority: the sum of the members' +-1 codes is > 0 iff most members have the bit.
-        votes = codes.new_zeros(b, h, c + 1, nb).scatter_add_(2, labels[..., None].expand(b, h, n, nb), codes)
-        members = codes.new_zeros(b, h, c + 1).scatter_add_(2, labels, ones)[:, :, :c, None]
-        majority = torch.where(votes[:, :, :c] > 0, 1.0, -1.0)
+        labels, best = nearest()
+        # Per-bit majority: the sum of the members' +-1 codes is > 0 iff most members have the bit;
+        # the constant column sums to the member count.
+        votes = keyed.new_zeros(rows * (c + 1), nb + 1).index_add_(0, (labels + slot_base).flatten(),
+                                                                   keyed.view(rows * n, nb + 1))
+        votes = votes.view(rows, c + 1, nb + 1)[:, :c]
+        members = votes[..., nb]
         # The r-th empty cluster restarts at the r-th worst-represented real query (if it is not
         # already exactly represented): duplicate seeds do not waste clusters.
-        distortion = (nb - best).masked_fill(padded, -1.0)
-        far_d, far = distortion.sort(dim=-1, descending=True, stable=True)  # ties: lowest position first
-        far_d, far = far_d[..., :min(c, n)], far[..., :min(c, n)]           # [B,H,C]
-        empty = members[..., 0] == 0
+        distortion = (nb - best).masked_fill(padded, -1)                    # = 2 * hamming
+        far_key, far = ((distortion << pos_bits) + tie).topk(min(c, n), dim=-1)    # [BH,C], sorted
+        empty = members == 0
         rank = (empty.cumsum(-1) - 1).clamp(min=0)
-        reseed = empty & (far_d.gather(-1, rank) > 0)
-        restart = codes.gather(2, far.gather(-1, rank)[..., None].expand(b, h, c, nb))
-        centroids = torch.where(members > 0, majority, torch.where(reseed[..., None], restart, centroids))
-    return similarity(centroids).argmax(-1).masked_fill(padded, c)
-
-
-def _take(t: Tensor, idx: Tensor) -> Tensor:
-    """Rows of ``t [B,H,N,D]`` at ``idx [B,H,...]`` -> ``[B,H,...,D]`` (no N x N intermediate)."""
-    b, h, n, d = t.shape
-    offsets = (torch.arange(b * h, device=t.device) * n).view(b, h, *([1] * (idx.dim() - 2)))
-    return t.reshape(b * h * n, d).index_select(0, (idx + offsets).reshape(-1)).view(*idx.shape, d)
+        reseed = empty & (far_key.gather(-1, rank) >> pos_bits > 0)
+        restart = keyed.gather(1, far.gather(-1, rank)[..., None].expand(rows, c, nb + 1))[..., :nb] * m
+        bits = cent[..., :nb]
+        majority = torch.where(votes[..., :nb] > 0, float(m), float(-m)).to(dtype)
+        moved_bits = torch.where(members[..., None] > 0, majority, torch.where(reseed[..., None], restart, bits))
+        moved = (moved_bits != bits).any(-1)                                # [BH,C]
+        cent[..., :nb] = moved_bits
+        most = int(moved.sum(-1).max())     # one host read per iteration: the work it saves is data-dependent
+        if most == 0:                       # a fixed point: every further iteration would repeat this one
+            break
+        rows_moved = moved.to(torch.uint8).argsort(dim=-1, descending=True, stable=True)[:, :most]   # [BH,most]
+        fresh = torch.bmm(cent.gather(1, rows_moved[..., None].expand(rows, most, nb + 1)), keyed.transpose(1, 2))
+        sim.view(rows * c, n).index_copy_(0, (rows_moved + row_base).flatten(), fresh.view(rows * most, n))
+    return nearest()[0].view(b, h, n)
 
 
 def cluster_major_slots(labels: Tensor, n_clusters: int, chunk: int) -> tuple[Tensor, Tensor, int]:
@@ -143,25 +180,85 @@ def cluster_major_slots(labels: Tensor, n_clusters: int, chunk: int) -> tuple[Te
     return slots, chunk_cluster.scatter_(2, slots // chunk, labels), n_slots
 
 
-def exact_on_cluster_keys(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, labels: Tensor, top_idx: Tensor,
-                          scale: float) -> Tensor:
-    """softmax(q_i K_T^T) V_T over the top-k keys T of query i's cluster (padded keys masked).
+def _rows(t: Tensor, idx: Tensor) -> Tensor:
+    """Rows of ``t [B,H,R,D]`` at ``idx [B,H,S]`` -> ``[B*H*S, D]`` (one row gather, whose backward
+    is one ``index_add``)."""
+    b, h, r, d = t.shape
+    flat = idx + (torch.arange(b * h, device=t.device) * r).view(b, h, 1)
+    return t.reshape(b * h * r, d).index_select(0, flat.reshape(-1))
+
+
+def improved_output(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, labels: Tensor, top_idx: Tensor,
+                    rest: Tensor, mass: Tensor, scale: float) -> Tensor:
+    """Eqs. 10-11 for every query i of cluster j: ``rest_j + m_j softmax(q_i K_T^T) V_T`` over the
+    top-k keys T of its cluster (padded keys masked), ``rest [B,H,C,D]``, ``mass [B,H,C]``.
 
     The member queries of a cluster share its key set, so queries are laid out cluster-major in
     chunks and each chunk does one small matmul against its cluster's k keys: the gathered keys are
-    O(N k D / chunk) instead of one copy per query. Padded queries (label C) read cluster C-1.
+    O(N k D / chunk) instead of one copy per query. Key mask, scale, m_j and rest_j enter the two
+    batched matmuls (``baddbmm``) chunk by chunk, so the only per-query tensors are the queries laid
+    out and the result read back. Padded queries (label C) read cluster C-1.
     """
     b, h, n, d = q.shape
     c, kk = top_idx.shape[2], top_idx.shape[3]
     chunk = max(1, min(16, n // c))                                         # about the mean cluster size
     slots, chunk_cluster, n_slots = cluster_major_slots(labels, c, chunk)
-    keys = top_idx.gather(2, chunk_cluster.clamp(max=c - 1)[..., None].expand(-1, -1, -1, kk))  # [B,H,M/P,k]
-    real_key = mask[:, None, :].expand(b, h, n).gather(2, keys.flatten(2)).view_as(keys)
-    qp = q.new_zeros(b, h, n_slots, d).scatter(2, slots[..., None].expand(b, h, n, d), q)
-    logits = qp.view(b, h, -1, chunk, d) @ _take(k, keys).transpose(-1, -2) * scale   # [B,H,M/P,P,k]
-    logits = logits.masked_fill(~real_key[..., None, :], neg_fill(q.dtype))
-    out = (torch.softmax(logits, dim=-1) @ _take(v, keys)).view(b, h, n_slots, d)
-    return out.gather(2, slots[..., None].expand(b, h, n, d))
+    cc = chunk_cluster.clamp(max=c - 1)                                     # [B,H,G], G = M / chunk
+    g = cc.shape[2]
+    keys = top_idx.gather(2, cc[..., None].expand(-1, -1, -1, kk)).view(b, h, g * kk)    # [B,H,G*k]
+    bias = key_bias(mask, q.dtype)[:, 0].expand(b, h, n).gather(2, keys).view(b * h * g, 1, kk)
+    slot_rows = (slots + (torch.arange(b * h, device=q.device) * n_slots).view(b, h, 1)).reshape(-1)
+    qp = q.new_zeros(b * h * n_slots, d).index_copy(0, slot_rows, q.reshape(b * h * n, d))
+    k_top = _rows(k, keys).view(b * h * g, kk, d)
+    logits = torch.baddbmm(bias, qp.view(b * h * g, chunk, d), k_top.transpose(1, 2), alpha=scale)
+    # Chunks of padded queries (cluster C) read m = 0 and rest = 0: their outputs are exactly 0.
+    mass = F.pad(mass, (0, 1)).gather(2, chunk_cluster).view(b * h * g, 1, 1)
+    probs = torch.softmax(logits, dim=-1) * mass
+    v_top = _rows(v, keys).view(b * h * g, kk, d)
+    rest = _rows(F.pad(rest, (0, 0, 0, 1)), chunk_cluster).view(b * h * g, 1, d)
+    out = torch.baddbmm(rest, probs, v_top)                                # [B*H*G, chunk, D]
+    return out.view(b * h * n_slots, d).index_select(0, slot_rows).view(b, h, n, d)
+
+
+class _ClusteredBelowTopK(torch.autograd.Function):
+    """Eqs. 4, 9 and the non-top-k part of eq. 10 in one node that keeps one ``[B,H,C,N]`` matrix.
+
+    ``A^c = softmax(Q^c K^T * scale + bias)``; returns ``(A^c with its top-k columns zeroed) V``,
+    the top-k mass ``m`` and the top-k key indices. Autograd would keep ``A^c`` and its zeroed copy;
+    here the top-k entries are zeroed in place and kept aside (``C k`` values), and the softmax
+    backward is rebuilt from the two parts: ``dL = A (dA - sum(A dA))`` with ``dA = dR V^T`` off the
+    top-k columns and ``dA = dm`` on them.
+    """
+
+    @staticmethod
+    def forward(ctx, centroids: Tensor, k: Tensor, v: Tensor, bias: Tensor, topk: int, scale: float):
+        logits = torch.matmul(centroids, k.transpose(-1, -2)).mul_(scale).add_(bias)
+        ac = torch.softmax(logits, dim=-1)                                  # eq. 4, [B,H,C,N]
+        top_mass, top_idx = ac.topk(topk, dim=-1)                           # [B,H,C,k]
+        rest = ac.scatter_(-1, top_idx, 0.0)                                # A^c off the top-k columns
+        out = rest @ v                                                      # eq. 10's first part
+        ctx.save_for_backward(centroids, k, v, rest, out, top_mass, top_idx)
+        dev = centroids.device.type
+        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
+        ctx.scale = scale
+        ctx.mark_non_differentiable(top_idx)
+        return out, top_mass.sum(-1), top_idx                               # and eq. 9
+
+    @staticmethod
+    def backward(ctx, d_rest: Tensor, d_mass: Tensor, _):
+        centroids, k, v, rest, out, top_mass, top_idx = ctx.saved_tensors
+        dev, enabled, dtype = ctx.amp
+        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+            dv = rest.transpose(-1, -2) @ d_rest
+            da = d_rest @ v.transpose(-1, -2)                               # dL/dA^c off the top-k columns
+            d_mass = d_mass[..., None].to(top_mass.dtype)
+            # sum_l A_l dA_l: off the top-k columns sum_l R_l (dR . V_l) = dR . (R V), on them m dm.
+            dot = (d_rest * out).sum(-1, keepdim=True).to(top_mass.dtype) + top_mass.sum(-1, keepdim=True) * d_mass
+            dl = da.sub_(dot.to(da.dtype)).mul_(rest)                       # softmax backward, 0 on top-k
+            dl.scatter_(-1, top_idx, (top_mass * (d_mass - dot)).to(dl.dtype))   # ... and its top-k columns
+            dq, dk = dl @ k, dl.transpose(-1, -2) @ centroids
+        return ((dq * ctx.scale).to(centroids.dtype), (dk * ctx.scale).to(k.dtype), dv.to(v.dtype),
+                None, None, None)
 
 
 class ClusteredAttention(Mixer):
@@ -206,24 +303,17 @@ class ClusteredAttention(Mixer):
         c = min(self.clusters, n)
         labels = self.cluster(q, mask)
         # eq. 3: centroid = mean of the member queries (slot c collects padded queries, dropped).
-        idx = labels[..., None].expand(b, h, n, d)
-        sums = q.new_zeros(b, h, c + 1, d).scatter_add(2, idx, q)
-        counts = q.new_zeros(b, h, c + 1).scatter_add_(2, labels, torch.ones_like(labels, dtype=q.dtype))
-        centroids = (sums / counts.clamp(min=1.0)[..., None])[:, :, :c]
+        flat = (labels + (torch.arange(b * h, device=q.device) * (c + 1)).view(b, h, 1)).reshape(-1)
+        sums = q.new_zeros(b * h * (c + 1), d).index_add(0, flat, q.reshape(b * h * n, d))
+        counts = torch.bincount(flat, minlength=b * h * (c + 1)).to(q.dtype)
+        centroids = (sums / counts.clamp(min=1.0)[:, None]).view(b, h, c + 1, d)[:, :, :c]
         bias = key_bias(mask, q.dtype)                                       # [B,1,1,N]
-        lab = labels.clamp(max=c - 1)  # padded queries read cluster c-1; zeroed at the end
 
         if not self.improved or c == n:  # c == n: each query is its centroid, the top-k step is the identity
             vc = F.scaled_dot_product_attention(centroids, k, v, attn_mask=bias)   # eqs. 4-5
-            out = vc.gather(2, lab[..., None].expand(b, h, n, d))                # eq. 6
-            return zero_padded(out, mask)
+            vc = F.pad(vc, (0, 0, 0, 1))                  # padded queries (label C) read a zero row
+            return _rows(vc, labels).view(b, h, n, d)                           # eq. 6
 
         scale = 1.0 / math.sqrt(d)
-        ac = torch.softmax(centroids @ k.transpose(-1, -2) * scale + bias, dim=-1)   # [B,H,C,N]
-        kk = min(self.topk, n)
-        top_mass, top_idx = ac.topk(kk, dim=-1)                              # [B,H,C,k]
-        mass = top_mass.sum(-1)                                             # eq. 9, [B,H,C]
-        rest = ac.scatter(-1, top_idx, 0.0) @ v                             # non-top-k part of eq. 10
-        exact = exact_on_cluster_keys(q, k, v, mask, labels, top_idx, scale)    # [B,H,N,D]
-        out = rest.gather(2, lab[..., None].expand(b, h, n, d)) + mass.gather(2, lab)[..., None] * exact
-        return zero_padded(out, mask)
+        rest, mass, top_idx = _ClusteredBelowTopK.apply(centroids, k, v, bias, min(self.topk, n), scale)
+        return improved_output(q, k, v, mask, labels, top_idx, rest, mass, scale)   # eqs. 10-11

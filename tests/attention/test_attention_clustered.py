@@ -154,3 +154,21 @@ def test_planes_redrawn_in_training_fixed_in_eval():
     assert not all(torch.equal(train_labels[0], t) for t in train_labels[1:])
     mixer.eval()
     torch.testing.assert_close(mixer.cluster(q, mask), mixer.cluster(q, mask))
+
+
+def test_hamming_kmeans_matches_the_plain_lloyd_loop():
+    """The fast K-means (keyed amax, only moved centroids' rows recomputed, stop at a fixed point)
+    gives the labels of the plain per-row loop, with empty clusters restarting (duplicate codes)."""
+    from tests.reference.clustered import hamming_kmeans_reference
+
+    g = torch.Generator().manual_seed(3)
+    codes = torch.where(torch.randn(2, 2, 300, 63, generator=g) >= 0, 1.0, -1.0)
+    codes[:, :, 100:160] = codes[:, :, 100:101]                         # 60 equal codes
+    mask = torch.ones(2, 300, dtype=torch.bool)
+    mask[1, 250:] = False
+    labels = hamming_kmeans(codes, mask, n_clusters=20, iters=10)
+    for b in range(2):
+        real = mask[b].nonzero().flatten().tolist()
+        for h in range(2):
+            expected = hamming_kmeans_reference(codes[b, h], real, 20, 10)
+            assert labels[b, h, real].tolist() == [expected[i] for i in real]
