@@ -77,7 +77,7 @@ MUTANTS = [
     Mutant("papers-clustered-stale-similarity-rows", CLU,
            "sim.view(rows * c, n).index_copy_(0, (rows_moved + row_base).flatten(), fresh.view(rows * most, n))",
            "pass", "K-means assigns against the similarities of the centroids before they moved",
-           (T_CLU, "tests/test_attention_clustered.py::test_hamming_kmeans_matches_the_plain_lloyd_loop")),
+           (T_CLU, "tests/attention/test_attention_clustered.py::test_hamming_kmeans_matches_the_plain_lloyd_loop")),
     # routing
     Mutant("papers-routing-ema-swapped", ROU, "self.decay * mu + (1 - self.decay) * mean.to(mu.dtype)",
            "(1 - self.decay) * mu + self.decay * mean.to(mu.dtype)", "EMA with lambda and 1 - lambda swapped", (T_ROU,)),
