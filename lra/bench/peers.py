@@ -25,8 +25,10 @@ by side under one protocol, and their peak memory is measured, each in a fresh p
   :func:`lra.bench.harness.measure` does: anonymous peak RSS (:class:`lra.footprint.PeakMemory`, file-backed
   pages excluded) over 2 steps after 1 warm-up step, minus the memory in use before the layer was
   built (after the imports and a throw-away backward). Ratio = our peak / peer peak; largest of the
-  rounds. Both kinds of process get the suite's bench allocator setting (``--cpu-malloc``, default
-  ``tuned`` as ``bench.cpu_malloc``) and ``OMP_NUM_THREADS`` = threads (fast-transformers' C++
+  rounds. Timing processes get the suite's bench allocator setting (``--cpu-malloc``, default
+  ``tuned`` as ``bench.cpu_malloc``); memory processes map every block of 64 KiB or more on its own
+  (``EXACT_MALLOC``), so the peak is that of live tensors and repeats to ~0.1 MB. Every process gets
+  ``OMP_NUM_THREADS`` = threads (fast-transformers' C++
   kernels use OpenMP).
 * Agreement: where both sides are deterministic, the projections (and the mechanism's learned or
   drawn tensors: Linformer's E/F, Performer's features, Nystromformer's conv kernel) are copied
@@ -505,6 +507,13 @@ def agree_job(job: dict[str, Any], peers: tuple[Peer, ...] = PEERS) -> dict[str,
 JOBS = {"time": time_job, "memory": memory_job, "agree": agree_job}
 
 
+# Memory workers: every allocation of 64 KiB or more gets its own mapping, returned at free, so the
+# anonymous RSS peak is the peak of live tensors. With glibc's heap (and the dynamic mmap threshold)
+# freed blocks are kept and reused by chance: the same workload (the softmax control) read 0.95-1.15x
+# of itself between runs; with this setting a figure repeats to ~0.1 MB.
+EXACT_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
+
+
 def worker_env(threads: int, cpu_malloc: str) -> dict[str, str]:
     from lra.bench.harness import MALLOC_ENV
 
@@ -561,7 +570,7 @@ def race_point(peer: Peer, d: int, h: int, n: int, args: argparse.Namespace, env
         peer_s += t["peer_s"]
         rounds.append(statistics.median(pair(t["ours_s"], t["peer_s"])))
         for side in ("ours", "peer"):
-            m = run({**job, "kind": "memory", "side": side}, env)
+            m = run({**job, "kind": "memory", "side": side}, {**env, **EXACT_MALLOC})
             mem[side].append(m.get("peak_mb") if m.get("status") == "ok" else None)
             if m.get("status") != "ok":
                 mem_errors.append(f"{side}: {m.get('status')} {m.get('error', '')}"[:300])
