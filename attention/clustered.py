@@ -33,9 +33,10 @@ Choices the paper leaves open, written down:
 * Speed, with the same labels as the plain loop: the ``[C, N]`` similarity matrix is kept across
   iterations and only the rows of centroids that moved are recomputed (the integers are exact, so
   this equals recomputing all); once no centroid moves the iterations stop (every further one would
-  repeat the last). That costs one host read per iteration (how many rows to recompute), which on a
-  GPU is one small sync against ten Lloyd steps of work. Votes and member counts are one
-  ``index_add`` of ``[code, 1]`` rows.
+  repeat the last). That costs one host read per iteration (how many rows to recompute), so it is
+  done on CPU only, where the matmul is the cost; on a GPU every row is recomputed and all ``L``
+  iterations run, with no host sync (the same labels: the extra iterations are fixed points). Votes
+  and member counts are one ``index_add`` of ``[code, 1]`` rows.
 * i_clustered's clustered part (eqs. 4, 9, the non-top-k part of 10) is one autograd node that keeps
   a single ``[B,H,C,N]`` matrix (A^c with its top-k columns zeroed in place); its backward rebuilds
   the softmax gradient from that matrix and the top-k values (``sum_l A_l dA_l = dR . (R V) + m dm``).
@@ -83,19 +84,23 @@ def _similarity_key(codes: Tensor, n_clusters: int) -> tuple[Tensor, int, torch.
     return torch.cat([codes.to(dtype), codes.new_ones(codes.shape[:-1] + (1,), dtype=dtype)], -1), m, dtype
 
 
-def hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) -> Tensor:
+def hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int, incremental: bool | None = None) -> Tensor:
     """Lloyd's K-means in Hamming space on +-1 ``codes [B,H,N,bits]``.
 
     Returns labels ``[B,H,N]`` in ``[0, n_clusters)`` for real queries and ``n_clusters`` (a discard
     slot) for padded ones, so padding never seeds, joins or moves a centroid. One Lloyd iteration is
     one matmul (assignment, its argmax folded into an amax by :func:`_similarity_key`), one
     ``index_add`` (per-bit votes and member counts together) and one top-k (restarts).
+    ``incremental`` (default: on CPU) recomputes only the moved centroids' rows, at one host read
+    per iteration; the labels are the same either way.
     """
+    if incremental is None:
+        incremental = codes.device.type == "cpu"
     with torch.autocast(codes.device.type, enabled=False):   # the exact-integer matmul needs full precision
-        return _hamming_kmeans(codes, mask, n_clusters, iters)
+        return _hamming_kmeans(codes, mask, n_clusters, iters, incremental)
 
 
-def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) -> Tensor:
+def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int, incremental: bool) -> Tensor:
     b, h, n, nb = codes.shape
     c, dev = n_clusters, codes.device
     lengths = mask.sum(-1)                                                  # [B]
@@ -149,6 +154,9 @@ def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int) ->
         moved_bits = torch.where(members[..., None] > 0, majority, torch.where(reseed[..., None], restart, bits))
         moved = (moved_bits != bits).any(-1)                                # [BH,C]
         cent[..., :nb] = moved_bits
+        if not incremental:                 # no host sync: every row again (a fixed point repeats itself)
+            sim = torch.bmm(cent, keyed.transpose(1, 2))
+            continue
         most = int(moved.sum(-1).max())     # one host read per iteration: the work it saves is data-dependent
         if most == 0:                       # a fixed point: every further iteration would repeat this one
             break

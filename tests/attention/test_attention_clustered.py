@@ -156,9 +156,11 @@ def test_planes_redrawn_in_training_fixed_in_eval():
     torch.testing.assert_close(mixer.cluster(q, mask), mixer.cluster(q, mask))
 
 
-def test_hamming_kmeans_matches_the_plain_lloyd_loop():
-    """The fast K-means (keyed amax, only moved centroids' rows recomputed, stop at a fixed point)
-    gives the labels of the plain per-row loop, with empty clusters restarting (duplicate codes)."""
+@pytest.mark.parametrize("incremental", [True, False], ids=["cpu-incremental", "gpu-no-sync"])
+def test_hamming_kmeans_matches_the_plain_lloyd_loop(incremental):
+    """The fast K-means (keyed amax; on CPU only moved centroids' rows recomputed, stop at a fixed
+    point; on GPU every row, every iteration) gives the labels of the plain per-row loop, with empty
+    clusters restarting (duplicate codes)."""
     from tests.reference.clustered import hamming_kmeans_reference
 
     g = torch.Generator().manual_seed(3)
@@ -166,7 +168,7 @@ def test_hamming_kmeans_matches_the_plain_lloyd_loop():
     codes[:, :, 100:160] = codes[:, :, 100:101]                         # 60 equal codes
     mask = torch.ones(2, 300, dtype=torch.bool)
     mask[1, 250:] = False
-    labels = hamming_kmeans(codes, mask, n_clusters=20, iters=10)
+    labels = hamming_kmeans(codes, mask, n_clusters=20, iters=10, incremental=incremental)
     for b in range(2):
         real = mask[b].nonzero().flatten().tolist()
         for h in range(2):
