@@ -36,7 +36,6 @@ Choices the paper leaves open, written down:
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
@@ -64,9 +63,10 @@ def segment_index(mask: Tensor, m: int) -> Tensor:
     return seg.masked_fill(~mask, m)
 
 
-def segment_assignment(mask: Tensor, m: int) -> Tensor:
-    """``[B, N, m]`` 0/1 matrix: real token -> its landmark segment; padded tokens in none."""
-    return F.one_hot(segment_index(mask, m), m + 1)[..., :m]
+def segment_counts(seg: Tensor, m: int) -> Tensor:
+    """Real tokens per landmark segment ``[B, m]`` (``seg`` from :func:`segment_index`)."""
+    counts = torch.zeros(seg.shape[0], m + 1, dtype=torch.long, device=seg.device)
+    return counts.scatter_add_(1, seg, torch.ones_like(seg))[:, :m]
 
 
 def segment_sums(t: Tensor, seg: Tensor, m: int) -> Tensor:
@@ -205,7 +205,7 @@ class NystromAttention(Mixer):
         keep = mask[:, None, :, None].to(dtype)
 
         seg = segment_index(mask, m)                                      # [B, N]
-        counts = F.one_hot(seg, m + 1)[..., :m].sum(dim=1).to(dtype)      # [B, m] tokens per segment
+        counts = segment_counts(seg, m).to(dtype)                          # [B, m] tokens per segment
         valid = counts > 0                                                # [B, m] non-empty landmarks
         inv = (1.0 / counts.clamp_min(1.0))[:, None, :, None]
         q_land = segment_sums(q, seg, m) * inv                            # segment means

@@ -128,6 +128,10 @@ class _Quadratic(Mixer):
     variant = ""
     fix = ""
 
+    def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0) -> None:
+        super().__init__(n_heads, head_dim, max_len, layer_idx)
+        self._fits: set[tuple] = set()   # batch shapes already checked by require_batch_fits
+
     def require_construction_fits(self, param_elems: int, trainable: bool) -> None:
         size = torch.get_default_dtype().itemsize
         params = param_elems * size
@@ -160,7 +164,6 @@ class DenseSynthesizer(_Quadratic):
     ) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
         self.hidden = hidden or head_dim
-        self._fits: set[tuple] = set()
         self.require_construction_fits(n_heads * (self.hidden + 1) * max_len, trainable=True)
         self.w1 = nn.Linear(n_heads * head_dim, n_heads * self.hidden)
         bound = 1.0 / math.sqrt(self.hidden)
@@ -193,7 +196,6 @@ class RandomSynthesizer(_Quadratic):
         if rank is not None:
             require_positive(rank=rank, hint="or null for a full matrix")
         self.rank = rank
-        self._fits: set[tuple] = set()
         self.require_construction_fits(n_heads * max_len * (max_len if rank is None else 2 * rank), trainable)
         g = self.generator("cpu")
         if rank is None:

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -43,7 +43,7 @@ def stamp() -> dict[str, Any]:
         "torch": torch.__version__,
         "lightning": _version("pytorch-lightning"),
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.version.cuda,

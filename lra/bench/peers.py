@@ -630,7 +630,7 @@ def table(rows: list[dict[str, Any]], points: list[tuple[int, int, int]]) -> str
 
 
 def machine_stamp(threads: int, cpu_malloc: str) -> dict[str, Any]:
-    from lra.stamp import _cpu_model
+    from lra.stamp import cpu_model
 
     versions = {}
     for pkg in sorted({p.package for p in PEERS}):
@@ -638,7 +638,7 @@ def machine_stamp(threads: int, cpu_malloc: str) -> dict[str, Any]:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
             versions[pkg] = None
-    return {"cpu": _cpu_model(), "cpu_count": os.cpu_count(), "threads": threads, "torch": torch.__version__,
+    return {"cpu": cpu_model(), "cpu_count": os.cpu_count(), "threads": threads, "torch": torch.__version__,
             "python": platform.python_version(), "loadavg_start": list(os.getloadavg()), "cpu_malloc": cpu_malloc,
             "peer_versions": versions, "dtype": "float32", "device": "cpu"}
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from attention.nystromformer import iterative_pinv, segment_assignment
+from attention.nystromformer import iterative_pinv, segment_counts, segment_index
 from tests.attention_harness import lengths_mask, make_mixer, qkvx, softmax_reference
 
 
@@ -120,11 +120,13 @@ def test_nystrom_right_padding_equals_unpadded_run():
 
 def test_nystrom_segments_over_real_tokens():
     mask = lengths_mask([10, 8, 0], n=12)
-    seg = segment_assignment(mask, 4)
-    assert seg[0].sum(0).tolist() == [3, 2, 3, 2]          # floor(r * 4 / 10), contiguous
-    assert seg[1].sum(0).tolist() == [2, 2, 2, 2]
-    assert seg[2].sum() == 0 and seg[0, 10:].sum() == 0 and seg[1, 8:].sum() == 0
-    idx = seg[0, :10].argmax(-1)
+    seg = segment_index(mask, 4)
+    counts = segment_counts(seg, 4)
+    assert counts[0].tolist() == [3, 2, 3, 2]              # floor(r * 4 / 10), contiguous
+    assert counts[1].tolist() == [2, 2, 2, 2]
+    assert counts[2].sum() == 0                            # padded tokens fall in no segment
+    assert (seg[0, 10:] == 4).all() and (seg[1, 8:] == 4).all() and (seg[2] == 4).all()
+    idx = seg[0, :10]
     assert torch.all(idx[1:] >= idx[:-1])
 
 
