@@ -54,6 +54,65 @@ def _look_back(t: Tensor, fill: float | bool | int) -> Tensor:
     return torch.cat([prev, t], dim=4)
 
 
+def _windows(buf: Tensor) -> Tensor:
+    """``[T + 1, m, D]`` -> ``[T, 2m, D]``: chunk t's keys are chunks t and t + 1 of the buffer (its
+    previous chunk and its own), an overlapping view: the look-back costs no copy."""
+    t1, m, d = buf.shape
+    return buf.as_strided((t1 - 1, 2 * m, d), (m * d, d, 1))
+
+
+class _ChunkAttention(torch.autograd.Function):
+    """Softmax attention of each chunk of queries ``[T, m, D]`` over its 2m look-back keys, with the
+    log-partition ``z`` of every row: ``(w V, logsumexp(s))``, ``s = q K^T + bias`` (written over
+    ``bias``, a buffer the caller hands over).
+
+    One node that keeps ``q``, the two buffers, ``w`` and the output. Autograd would also keep the
+    logits (for the log-partition) and a copy of the keys and values per look-back; the backward of
+    ``z`` is ``w`` itself, so ``ds = w (dw - d_out . out + dz)`` (``sum_j w_j dw_j = d_out . out``). A look-back window that crosses into the
+    previous sequence of chunks is masked by ``bias`` (its keys get weight exactly 0).
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, kbuf: Tensor, vbuf: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
+        dev = q.device.type
+        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
+        keys = _windows(kbuf).transpose(1, 2)
+        # The logits overwrite the bias, unless autocast picks their dtype (then a new tensor, as autograd would).
+        s = torch.baddbmm(bias, q, keys) if ctx.amp[1] else bias.baddbmm_(q, keys)
+        # Log-partition from the softmax: lse = max s - log(max w) (both at the same key). Exact, and it
+        # avoids exp() of the masked logits, which takes a slow path on CPU (~10x a softmax).
+        top = s.amax(dim=-1)
+        w = torch.softmax(s, dim=-1)
+        del s
+        lse = top - w.amax(dim=-1).log()
+        out = torch.bmm(w, _windows(vbuf))
+        ctx.save_for_backward(q, kbuf, vbuf, w, out)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, d_out: Tensor, d_lse: Tensor):
+        q, kbuf, vbuf, w, out = ctx.saved_tensors
+        dev, enabled, dtype = ctx.amp
+        m = q.shape[1]
+        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+            dw = torch.bmm(d_out, _windows(vbuf).transpose(1, 2))
+            dvbuf = _fold(w, d_out, m)
+            # sum_j w_ij dw_ij = d_out_i . out_i: no score-sized product.
+            ds = dw.sub_((d_out * out).sum(-1, keepdim=True) - d_lse[..., None]).mul_(w)
+            dq = torch.bmm(ds, _windows(kbuf))
+            dkbuf = _fold(ds, q, m)
+        return dq.to(q.dtype), dkbuf.to(kbuf.dtype), dvbuf.to(vbuf.dtype), None
+
+
+def _fold(p: Tensor, x: Tensor, m: int) -> Tensor:
+    """``p^T x`` for the windows of :func:`_windows`, ``p [T, m, 2m]``, ``x [T, m, D]``, summed back into
+    the ``[T + 1, m, D]`` buffer (each chunk is in two windows) without a ``[T, 2m, D]`` temporary."""
+    p, out = p.to(x.dtype), x.new_zeros(p.shape[0] + 1, m, x.shape[-1])     # (dtypes differ under autocast only)
+    out[:-1].baddbmm_(p[..., :m].transpose(1, 2), x)
+    out[1:].baddbmm_(p[..., m:].transpose(1, 2), x)
+    return out
+
+
 class ReformerAttention(Mixer):
     shared_qk = True
 
@@ -114,19 +173,16 @@ class ReformerAttention(Mixer):
             g = t[:, :, None].expand(b, h, r, np_, dd).gather(3, perm[..., None].expand(b, h, r, np_, dd))
             return g.view(b, h, r, nc, m, dd)
 
-        qc, kc, vc = sort(qs), _look_back(sort(kn), 0.0), _look_back(sort(vp), 0.0)
-        pq, bq = perm.view(b, h, r, nc, m), sbkt.view(b, h, r, nc, m)
-        pk, bk = _look_back(pq, -1), _look_back(bq, -1)                               # [B, H, R, nc, 2m]
+        def chunk_buffer(t: Tensor) -> Tensor:                  # keys or values: [T + 1, m, D], an empty chunk first
+            return F.pad(sort(t).view(-1, m, d), (0, 0, 0, 0, 1, 0))
 
-        scores = qc @ kc.transpose(-1, -2)                                             # [B, H, R, nc, m, 2m]
+        qc, pq, bq = sort(qs), perm.view(b, h, r, nc, m), sbkt.view(b, h, r, nc, m)
+        pk, bk = _look_back(pq, -1), _look_back(bq, -1)                               # [B, H, R, nc, 2m]
         with torch.no_grad():                                                          # additive logit bias m_ij
-            # A small code per pair, then one table look-up gives the bias (integer work on bytes, a single
-            # float pass): 0 = another bucket this round (or padding: padded tokens have their own bucket and
-            # the look-back fill has none), c in 1..R = same bucket, shared in c rounds (- log N_ij), R + 1 =
-            # the token itself (- penalty; it shares every round).
-            dtype = scores.dtype
-            penalty = min(self.self_penalty, torch.finfo(dtype).max / 8)
-            code = (bq[..., :, None] == bk[..., None, :]).to(torch.uint8)
+            # A small code per pair: 0 = another bucket this round (or padding: padded tokens have their own
+            # bucket and the look-back fill has none), c in 1..R = same bucket, shared in c rounds (- log N_ij),
+            # R + 1 = the token itself (- penalty; it shares every round). Integer work on bytes.
+            code = (bq[..., :, None] == bk[..., None, :]).to(torch.uint8)             # [B, H, R, nc, m, 2m]
             if r > 1:                                                                  # - log N_ij, App. A
                 count = None
                 flat_q, flat_k = pq.reshape(b, h, -1), pk.clamp(min=0).reshape(b, h, -1)
@@ -137,20 +193,17 @@ class ReformerAttention(Mixer):
                     count = eq.to(torch.uint8) if count is None else count.add_(eq)
                 code.mul_(count)
             code.masked_fill_(pq[..., :, None] == pk[..., None, :], r + 1)
-            rounds = torch.arange(1, r + 1, device=q.device, dtype=dtype)
-            table = torch.cat([rounds.new_full((1,), neg_fill(dtype)), -rounds.log(),
-                               (-penalty - math.log(r)) * rounds.new_ones(1)])
-            bias = table.index_select(0, code.view(-1).to(torch.int32)).view(code.shape)
-        scores = scores.add_(bias)
-        w = torch.softmax(scores, dim=-1)
-        # Log-partition per round from the softmax: lse = s_k - log(w_k) at the argmax k. Exact, and it
-        # avoids exp() of the masked logits, which takes a slow path on CPU (~10x a softmax).
-        top = scores.detach().argmax(dim=-1, keepdim=True)
-        lse = (scores.gather(-1, top) - w.gather(-1, top).log()).squeeze(-1)          # [B, H, R, nc, m]
-        o = w @ vc                                                                     # [B, H, R, nc, m, D]
+            penalty = min(self.self_penalty, torch.finfo(q.dtype).max / 8)
+            bias = torch.full(code.shape, neg_fill(q.dtype), dtype=q.dtype, device=q.device)
+            for c in range(1, r + 2):                       # one bool pass per code value (no index tensor)
+                bias.masked_fill_(code == c, -math.log(c) if c <= r else -penalty - math.log(r))
+            del code
+        o, lse = _ChunkAttention.apply(qc.reshape(-1, m, d), chunk_buffer(kn), chunk_buffer(vp), bias.view(-1, m, 2 * m))
+        del bias                                                                       # the logits' buffer
+        o, lse = o.view(b, h, r, np_, d), lse.view(b, h, r, np_)
 
         undo = perm.argsort(dim=-1)                                                    # back to positions
-        o = o.view(b, h, r, np_, d).gather(3, undo[..., None].expand(b, h, r, np_, d))
-        lse = lse.view(b, h, r, np_).gather(3, undo)
+        o = o.gather(3, undo[..., None].expand(b, h, r, np_, d))
+        lse = lse.gather(3, undo)
         out = (torch.softmax(lse, dim=2)[..., None] * o).sum(dim=2)                    # combine rounds
         return zero_padded(out[:, :, :n], mask)

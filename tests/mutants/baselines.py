@@ -112,7 +112,7 @@ MUTANTS = [
            "code.mul_(count)", "code.mul_(1)",
            "log N_ij left out: pairs found by several rounds over-weighted", ref("reformer")),
     Mutant("baselines-reformer-self-not-penalised", "attention/reformer.py",
-           "(-penalty - math.log(r)) * rounds.new_ones(1)", "(0.0 - math.log(r)) * rounds.new_ones(1)",
+           "-math.log(c) if c <= r else -penalty - math.log(r)", "-math.log(c) if c <= r else 0.0 - math.log(r)",
            "shared-QK self-attention not masked", ref("reformer")),
     Mutant("baselines-reformer-fixed-hash-key", "attention/reformer.py",
            "torch.randn(shape, generator=self.generator(device), device=device)",
