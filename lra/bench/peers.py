@@ -514,6 +514,13 @@ JOBS = {"time": time_job, "memory": memory_job, "agree": agree_job}
 EXACT_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(64 * 1024)}
 
 
+def memory_env(env: dict[str, str]) -> dict[str, str]:
+    """A timing worker's environment with :data:`EXACT_MALLOC` as its only glibc setting: the timing
+    setting (``tuned``: ``MALLOC_MMAP_MAX_=0``, no mapping at all) would defeat it, and freed blocks
+    kept on the heap would count in the peak."""
+    return {**{k: v for k, v in env.items() if not k.startswith("MALLOC_")}, **EXACT_MALLOC}
+
+
 def worker_env(threads: int, cpu_malloc: str) -> dict[str, str]:
     from lra.bench.harness import MALLOC_ENV
 
@@ -570,7 +577,7 @@ def race_point(peer: Peer, d: int, h: int, n: int, args: argparse.Namespace, env
         peer_s += t["peer_s"]
         rounds.append(statistics.median(pair(t["ours_s"], t["peer_s"])))
         for side in ("ours", "peer"):
-            m = run({**job, "kind": "memory", "side": side}, {**env, **EXACT_MALLOC})
+            m = run({**job, "kind": "memory", "side": side}, memory_env(env))
             mem[side].append(m.get("peak_mb") if m.get("status") == "ok" else None)
             if m.get("status") != "ok":
                 mem_errors.append(f"{side}: {m.get('status')} {m.get('error', '')}"[:300])

@@ -140,6 +140,27 @@ def test_race_ratios_and_table():
     assert "command: python -m lra.bench --protocol peers" in rep and "1 thread(s)" in rep and "load average" in rep
 
 
+def test_memory_workers_get_exact_malloc_and_no_timing_setting():
+    """The timing workers' ``tuned`` glibc setting (no mmap at all) must not reach the memory workers:
+    it defeats the exact setting, and the peak then counts freed heap blocks (sinkhorn read 1.06x
+    for a true 1.3x)."""
+    seen = []
+    timing_env = bp.worker_env(1, "tuned")
+    assert timing_env["MALLOC_MMAP_MAX_"] == "0"
+
+    def run(job, env):
+        seen.append((job["kind"], env))
+        return fake_run(job, env)
+
+    bp.race([bp.find_peer("softmax:torch")], [(64, 2, 1024)], args(), timing_env, run)
+    mem_envs = [env for kind, env in seen if kind == "memory"]
+    assert len(mem_envs) == 2
+    for env in mem_envs:
+        assert {k: v for k, v in env.items() if k.startswith("MALLOC_")} == bp.EXACT_MALLOC
+        assert env["OMP_NUM_THREADS"] == "1"
+    assert all(env is timing_env for kind, env in seen if kind == "time")
+
+
 def test_a_failed_worker_is_a_row_not_a_crash():
     peer = bp.find_peer("softmax:torch")
     rows = bp.race([peer], [(64, 2, 1024)], args(), {}, lambda j, e: {"status": "failed", "error": "boom"})
