@@ -32,7 +32,7 @@ by side under one protocol, and their peak memory is measured, each in a fresh p
   kernels use OpenMP).
 * Agreement: where both sides are deterministic, the projections (and the mechanism's learned or
   drawn tensors: Linformer's E/F, Performer's features, Nystromformer's conv kernel) are copied
-  from ours into the peer (our biases zeroed where the peer has none), both run in eval mode in
+  from ours into the peer (ours built without the projection biases the peer lacks, see below), both run in eval mode in
   float64 on one sample at the race's N, and the figure is max |ours - peer| / max |ours|; "yes"
   below 1e-9 (1e-5 for Nystromformer, whose peer starts the pseudo-inverse differently: ~3e-7;
   a wrong mapping, e.g. one pinv iteration less, differs by ~1e-3). Where the mechanism draws
@@ -75,9 +75,11 @@ local          local-attention: ``LocalAttention``                 window_size=6
 linformer      linformer: ``LinformerSelfAttention``               k=256 (min N), share_kv=False
 =============  ==================================================  ================================================
 
-Differences that remain, written down: fast-transformers' AttentionLayer always builds a key
-projection, also for Reformer (which ignores it: shared QK); the peers without q/k/v biases
-(linformer, nystrom, reformer-pytorch, routing, sinkhorn) spend no bias adds; the Nystromformer
+Projection biases follow the peer (``Peer.biases``): where the peer's q/k/v or output projections
+have no bias (linformer, nystrom, reformer-pytorch, sinkhorn: q/k/v; routing: output; its local heads'
+q/k/v do have biases, so ours keep theirs), ours run without them too: bias adds are not the
+mechanism. Differences that remain, written down: fast-transformers' AttentionLayer always builds a key
+projection, also for Reformer (which ignores it: shared QK); the Nystromformer
 peer starts its pseudo-inverse from a max over the whole batch and heads (ours per matrix), so it
 agrees to ~3e-7, not to round-off; the agreement run uses the peer's eps for Performer (1e-4; ours 1e-6).
 ``pytorch-fast-transformers`` is not in the ``peers`` extra: its setup.py builds CUDA extensions
@@ -332,7 +334,8 @@ def align_linformer(ours: nn.Module, peer: nn.Module) -> None:
 def align_nystrom(ours: nn.Module, peer: nn.Module) -> None:
     p = peer.layer
     for src in (ours.q_proj, ours.k_proj, ours.v_proj):
-        src.bias.zero_()
+        if src.bias is not None:
+            src.bias.zero_()
     p.to_qkv.weight.copy_(torch.cat([ours.q_proj.weight, ours.k_proj.weight, ours.v_proj.weight]))
     _set(p.to_out[0], ours.out_proj)
     if ours.mixer.conv_weight is not None:
@@ -354,6 +357,7 @@ class Peer:
     why_not: str = ""               # the reason when align is None
     agree_overrides: dict[str, Any] = field(default_factory=dict)  # our conf for the agreement run
     agree_tol: float = AGREE_TOL    # relative difference below which the outputs agree
+    biases: tuple[bool, bool] = (True, True)   # the peer's (q/k/v, output) projections have biases
 
     @property
     def key(self) -> str:
@@ -378,22 +382,22 @@ PEERS: tuple[Peer, ...] = (
          why_not="LSH planes drawn inside the peer's forward"),
     Peer("reformer", "reformer-pytorch LSHSelfAttention", "reformer-pytorch", "reformer_pytorch",
          "n_hashes=2 bucket_size=64, own bucket only, duplicates discounted", peer_reformer_lucid,
-         why_not="random rotations drawn inside the peer's forward"),
+         why_not="random rotations drawn inside the peer's forward", biases=(False, True)),
     Peer("routing", "routing-transformer SelfAttention", "routing-transformer", "routing_transformer",
          "h/2 local heads (window 256, own block), k=round(sqrt(N)) clusters of N/k", peer_routing,
-         why_not="k-means centroids and memory keys initialised by the peer"),
+         why_not="k-means centroids and memory keys initialised by the peer", biases=(True, False)),
     Peer("sinkhorn", "sinkhorn-transformer SinkhornSelfAttention", "sinkhorn-transformer", "sinkhorn_transformer",
          "bucket 32, 7 iterations, temperature 0.75, Gumbel-Sinkhorn", peer_sinkhorn,
-         why_not="Gumbel noise, and a different sorting network (ours: MLP on block means)"),
+         why_not="Gumbel noise, and a different sorting network (ours: MLP on block means)", biases=(False, True)),
     Peer("nystromformer", "nystrom-attention NystromAttention", "nystrom-attention", "nystrom_attention",
          "landmarks=32 pinv_iterations=6 conv kernel 33", peer_nystrom, align_nystrom,
-         agree_tol=1e-5),  # pinv started from a max over batch and heads: ~3e-7 (1 head, batch 1: ~1e-15)
+         agree_tol=1e-5, biases=(False, True)),  # pinv started from a max over batch and heads: ~3e-7 (1 head, batch 1: ~1e-15)
     Peer("performer", "performer-pytorch SelfAttention", "performer-pytorch", "performer_pytorch",
          "nb_features=256 softmax kernel", peer_performer, align_performer, agree_overrides={"eps": 1e-4}),
     Peer("local", "local-attention LocalAttention", "local-attention", "local_attention",
          "window 64, look_backward=1, look_forward=1", peer_local, align_projected),
     Peer("linformer", "linformer LinformerSelfAttention", "linformer", "linformer",
-         "k=256", peer_linformer, align_linformer),
+         "k=256", peer_linformer, align_linformer, biases=(False, True)),
 )
 
 
@@ -425,7 +429,18 @@ def build_side(job: dict[str, Any], side: str, peers: tuple[Peer, ...] = PEERS, 
     conf = our_conf(peer.variant, {**job.get("overrides", {}), **(overrides or {})})
     d, h, n = job["d_model"], job["n_heads"], job["length"]
     torch.manual_seed(job.get("seed", 0) + (side != "ours"))
-    return (build_ours if side == "ours" else peer.build)(conf, d, h, n).to(dtype)
+    if side != "ours":
+        return peer.build(conf, d, h, n).to(dtype)
+    return match_biases(build_ours(conf, d, h, n), *peer.biases).to(dtype)
+
+
+def match_biases(layer: nn.Module, qkv: bool, out: bool) -> nn.Module:
+    """Our shell without the projection biases the peer's layer does not have (the closest mapping:
+    bias adds and their gradients are not the mechanism)."""
+    for proj, keep in ((layer.q_proj, qkv), (layer.k_proj, qkv), (layer.v_proj, qkv), (layer.out_proj, out)):
+        if proj is not None and not keep:
+            proj.register_parameter("bias", None)
+    return layer
 
 
 def _stepper(layer: nn.Module, forward: Callable, x: Tensor) -> Callable[[], None]:

@@ -161,6 +161,20 @@ def test_memory_workers_get_exact_malloc_and_no_timing_setting():
     assert all(env is timing_env for kind, env in seen if kind == "time")
 
 
+def test_ours_drops_the_biases_the_peer_has_not():
+    """Bias adds are not the mechanism: ours is raced with the peer's projection biases only."""
+    peer = dataclasses.replace(bp.find_peer("softmax:torch"), biases=(False, True))
+    ours = bp.build_side(job(peer), "ours", (peer,))
+    assert all(p.bias is None for p in (ours.q_proj, ours.k_proj, ours.v_proj)) and ours.out_proj.bias is not None
+    x = torch.randn(B, N, D)
+    out, _ = bp.ours_forward(ours, x)
+    assert out.shape == x.shape
+    full = bp.build_side(job(bp.find_peer("softmax:torch")), "ours")
+    assert all(p.bias is not None for p in (full.q_proj, full.k_proj, full.v_proj, full.out_proj))
+    no_bias = {p.key: p.biases for p in bp.PEERS if p.biases != (True, True)}
+    assert no_bias["linformer:linformer"] == (False, True) and no_bias["routing:routing-transformer"] == (True, False)
+
+
 def test_a_failed_worker_is_a_row_not_a_crash():
     peer = bp.find_peer("softmax:torch")
     rows = bp.race([peer], [(64, 2, 1024)], args(), {}, lambda j, e: {"status": "failed", "error": "boom"})
