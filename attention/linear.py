@@ -25,38 +25,59 @@ from torch import Tensor
 from attention.base import Mixer, require_positive
 
 
-def elu_feature_map(x: Tensor, keep: Tensor | None = None) -> Tensor:
+def elu_feature_map(x: Tensor, keep: Tensor | None = None, out: Tensor | None = None) -> Tensor:
     """phi(x) = elu(x) + 1 (eq. 7): positive, so the normaliser never vanishes on real keys.
 
-    With ``keep`` (0/1, broadcastable), ``phi(x) * keep`` in one fused pass (``keep + elu(x) * keep``)."""
+    With ``keep`` (0/1, broadcastable), ``phi(x) * keep`` in one fused pass (``keep + elu(x) * keep``).
+    Its derivative is ``min(phi(x), 1)`` (1 above 0, ``exp(x) = phi(x)`` below): the backward needs
+    no other tensor."""
     elu = F.elu(x)
-    return elu + 1.0 if keep is None else torch.addcmul(keep, elu, keep)
+    if keep is None:
+        return torch.add(elu, 1.0, out=out)
+    return torch.addcmul(keep, elu, keep, out=out)
 
 
-class _NormalisedProduct(torch.autograd.Function):
-    """``out = (phi_q @ kv) * keep / (phi_q @ z + eps)`` from ``kvz = [kv | z]``, with a hand-written
-    backward: the gradients of the numerator and of the normaliser are written into one
-    ``[..., N, e + 1]`` buffer, so both GEMMs of the backward cover both (autograd's version of the
-    column split costs two zero-filled copies of the product and an add)."""
+class _LinearAttention(torch.autograd.Function):
+    """Eq. 6 with eq. 7 in one node: ``out = (phi_q kv) * keep_row / (phi_q z + eps)``, ``kv = phi_k^T
+    V``, ``z = sum_j phi_k_j``, padded keys zeroed in ``phi_k``.
+
+    The feature maps are written into contiguous ``[B, H, N, d]`` buffers (q and k arrive as head
+    views of ``[B, N, H*d]``): every GEMM reads them without a copy, and the backward multiplies by
+    their derivative ``min(phi, 1)`` in one layout (autograd's elu backward pairs a contiguous gradient
+    with the strided input, about twice as slow). The numerator's and the normaliser's gradients are
+    written into one ``[..., N, e + 1]`` buffer, so each backward GEMM covers both.
+    """
 
     @staticmethod
-    def forward(ctx, phi_q: Tensor, kvz: Tensor, keep_row: Tensor, eps: float) -> Tensor:
-        e = kvz.shape[-1] - 1
-        num_den = phi_q @ kvz                                     # [B, H, N, e + 1]
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, keep: Tensor, eps: float) -> Tensor:
+        dev = q.device.type
+        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
+        phi_q = elu_feature_map(q, out=q.new_empty(q.shape))
+        phi_k = elu_feature_map(k, keep, out=k.new_empty(k.shape))          # padded keys: no mass anywhere
+        e = v.shape[-1]
+        kvz = torch.cat([phi_k.transpose(-1, -2) @ v, phi_k.sum(2).unsqueeze(-1)], dim=-1)   # [B, H, d, e + 1]
+        num_den = phi_q @ kvz                                              # [B, H, N, e + 1]
         den = num_den[..., e] + eps
-        row = keep_row / den                                      # 1 / normaliser; 0 at padded queries
+        row = keep[..., 0] / den                                           # 1 / normaliser; 0 at padded queries
         out = num_den[..., :e] * row.unsqueeze(-1)
-        ctx.save_for_backward(phi_q, kvz, out, den, row)
+        ctx.save_for_backward(phi_q, phi_k, v, kvz, out, den, row)
         return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
-        phi_q, kvz, out, den, row = ctx.saved_tensors
+        phi_q, phi_k, v, kvz, out, den, row = ctx.saved_tensors
+        dev, enabled, dtype = ctx.amp
         e = grad.shape[-1]
-        g = grad.new_empty(*grad.shape[:-1], e + 1)
-        torch.mul(grad, row.unsqueeze(-1), out=g[..., :e])       # d/d numerator
-        torch.div((grad * out).sum(-1), den, out=g[..., e]).neg_()   # d/d normaliser = -<grad, out> / den
-        return g @ kvz.transpose(-1, -2), phi_q.transpose(-1, -2) @ g, None, None
+        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+            g = grad.new_empty(*grad.shape[:-1], e + 1)
+            torch.mul(grad, row.unsqueeze(-1), out=g[..., :e])           # d/d numerator
+            torch.div((grad * out).sum(-1), den, out=g[..., e]).neg_()    # d/d normaliser = -<grad, out> / den
+            d_kvz = phi_q.transpose(-1, -2) @ g                            # [B, H, d, e + 1]
+            dq = (g @ kvz.transpose(-1, -2)).mul_(phi_q.clamp(max=1.0))
+            d_kv = d_kvz[..., :e]
+            dk = (v @ d_kv.transpose(-1, -2)).add_(d_kvz[..., e].unsqueeze(-2)).mul_(phi_k.clamp(max=1.0))
+            dv = phi_k @ d_kv
+        return dq.to(phi_q.dtype), dk.to(phi_k.dtype), dv.to(v.dtype), None, None
 
 
 class LinearAttention(Mixer):
@@ -66,12 +87,4 @@ class LinearAttention(Mixer):
         self.eps = eps
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        e = v.shape[-1]
-        keep = mask[:, None, :, None].to(q.dtype)
-        phi_q = elu_feature_map(q)
-        phi_k = elu_feature_map(k, keep)                          # padded keys: no mass anywhere
-        kv = phi_k.transpose(-1, -2) @ v                          # sum_j phi(K_j) V_j^T      [B, H, d, e]
-        z = phi_k.sum(dim=2, keepdim=True).transpose(-1, -2)      # sum_j phi(K_j)            [B, H, d, 1]
-        # Numerator and normaliser from one GEMM; padded queries get a zero row scale (a [B, H, N]
-        # factor, so the padding costs no full-size pass).
-        return _NormalisedProduct.apply(phi_q, torch.cat([kv, z], dim=-1), keep.squeeze(-1), self.eps)
+        return _LinearAttention.apply(q, k, v, mask[:, None, :, None].to(q.dtype), self.eps)
