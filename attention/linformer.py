@@ -22,7 +22,10 @@ Choices the paper leaves open, written down:
   zeroing, a right-padded sequence gives exactly what it gives unpadded at its own length (both sum
   over the same real rows of E, F); what no mask can undo is inherent to the method: a projected
   slot sums over however many tokens are real, so its scale depends on the length. Fully padded
-  samples give zeros (all projected values are zero; padded query rows are zeroed).
+  samples give zeros (all projected values are zero; padded query rows are zeroed). Whether the
+  batch has padding at all is read once per call (a host sync, as in softmax): an unpadded batch
+  skips the three full-size mask passes.
+* The 1/sqrt(d) scale is applied to E (``[n, k]``, the smallest tensor on the logits' path).
 """
 from __future__ import annotations
 
@@ -48,11 +51,14 @@ class LinformerAttention(Mixer):
         n = q.shape[2]
         if n > self.max_len:
             raise ValueError(f"sequence length {n} exceeds linformer max_len {self.max_len}: set task.max_len")
-        keep = mask[:, None, :, None].to(q.dtype)
         e = self.proj_k[:n].to(q.dtype)
         f = e if self.proj_v is None else self.proj_v[:n].to(q.dtype)
-        k_proj_t = (k * keep).transpose(-1, -2) @ e                        # (E^T K)^T: [B, H, d, k]
-        v_proj = ((v * keep).transpose(-1, -2) @ f).transpose(-1, -2)      # F^T V: [B, H, k, d]
-        scores = (q * self.head_dim ** -0.5) @ k_proj_t                    # scale on the small side
-        out = scores.softmax(dim=-1) @ v_proj
-        return zero_padded(out, mask)
+        # One host sync per call, as softmax: an unpadded batch skips three full-size mask passes.
+        padded = not bool(mask.all())
+        if padded:
+            keep = mask[:, None, :, None].to(q.dtype)
+            k, v = k * keep, v * keep
+        k_proj_t = k.transpose(-1, -2) @ (e * self.head_dim ** -0.5)      # (E^T K)^T / sqrt(d): [B, H, d, k]
+        v_proj = (v.transpose(-1, -2) @ f).transpose(-1, -2)               # F^T V: [B, H, k, d]
+        out = (q @ k_proj_t).softmax(dim=-1) @ v_proj
+        return zero_padded(out, mask) if padded else out

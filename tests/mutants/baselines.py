@@ -80,9 +80,12 @@ MUTANTS = [
            "            LinformerAttention._shared = nn.Parameter(torch.randn(max_len, self.k) * std)\n"
            "        self.proj_k = LinformerAttention._shared",
            "known port defect: one projection shared by every layer (class attribute)", (LAYERS,)),
+    Mutant("baselines-linformer-padding-never-masked", "attention/linformer.py",
+           "padded = not bool(mask.all())", "padded = False",
+           "padded keys and values enter E^T K and F^T V", ref("linformer", PADDING)),
     Mutant("baselines-linformer-value-projection-detached", "attention/linformer.py",
-           "v_proj = ((v * keep).transpose(-1, -2) @ f).transpose(-1, -2)",
-           "v_proj = ((v * keep).transpose(-1, -2) @ f.detach()).transpose(-1, -2)",
+           "v_proj = (v.transpose(-1, -2) @ f).transpose(-1, -2)",
+           "v_proj = (v.transpose(-1, -2) @ f.detach()).transpose(-1, -2)",
            "detached term: F receives no gradient", ref("linformer")),
     # ------------------------------------------------------------------ nystromformer
     Mutant("baselines-nystrom-pinv-global-max", "attention/nystromformer.py",
