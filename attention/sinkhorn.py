@@ -31,8 +31,10 @@ Choices the paper leaves open, written down:
   value are the real-only mixture divided by w_it (a conditional mean), and log(w_it) is added to
   its logit, so a half-padded slot counts half and a slot with (almost) no real mass (below 1e-6,
   e.g. all contributors padding) gets no weight. In the own block, padded keys get no weight.
-  Padded query rows are zeroed. Cost: O(N * 2 * block_size * d) for the attention plus O(n_B^2)
-  for the matching; block 32 keeps the matching at <= 128 x 128 at LRA's 4K lengths.
+  Padded query rows are zeroed. Whether the batch has padding at all is read once per call (a host
+  sync, as in softmax): an unpadded batch skips every mask pass. Cost: O(N * 2 * block_size * d)
+  for the attention, O(N n_B d) for the sorted mixtures and O(n_B^2) for the matching; block 32
+  keeps the matching at <= 128 x 128 at LRA's 4K lengths.
 """
 from __future__ import annotations
 
@@ -53,14 +55,14 @@ def sinkhorn(log_alpha: Tensor, iterations: int) -> Tensor:
     return log_alpha.exp()
 
 
-def _with_sorted(x: Tensor, keep: Tensor, s: Tensor, inv: Tensor) -> Tensor:
+def _with_sorted(x: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor) -> Tensor:
     """``[B,H,n_B,bs,d]`` -> ``[B,H,n_B,2bs,d]``: each block's own rows (padded ones zeroed by
     ``keep``), then its sorted slots ``(sum_j S_ij x_j) * inv_i`` (the conditional mean), written
     straight into one buffer (no concatenation, no contiguous copy of ``x``)."""
     b, h, nb, bs, d = x.shape
     out = x.new_empty(b, h, nb, 2 * bs, d)
     own = out[..., :bs, :]
-    torch.mul(x, keep, out=own)
+    own.copy_(x) if keep is None else torch.mul(x, keep, out=own)
     mix = torch.matmul(s, own.reshape(b, h, nb, bs * d)).view(b, h, nb, bs, d)
     torch.mul(mix, inv[..., None], out=out[..., bs:, :])
     return out
@@ -70,21 +72,22 @@ class _SortedBlockAttention(torch.autograd.Function):
     """Each query block's softmax attention over its own block and its sorted block (sec. 3):
     ``softmax(scale q [K; K_sorted]^T + bias) [V; V_sorted]`` with ``K_sorted_i = (sum_j S_ij K_j) /
     mass_i`` (likewise V); ``q, k, v [B,H,n_B,bs,d]``, ``keep [B,1,n_B,bs,1]`` (0 zeroes a padded key
-    and value), ``S [B,H,n_B,n_B]``, ``inv = 1 / mass [B,H,n_B,bs]``, ``bias [B,H,n_B,2bs]``.
+    and value; None: no padding), ``S [B,H,n_B,n_B]``, ``inv = 1 / mass [B,H,n_B,bs]``, ``bias [B,H,n_B,2bs]``.
 
-    One node that keeps the scaled queries, the two ``[own; sorted]`` buffers and the weights. Autograd would keep the own keys twice (masked for the mixture, and in the concatenation),
-    the mixtures before the division and the scaled logits' inputs; here the rows are written straight
-    into the buffers and the backward is written out: ``dS = w (dw - dO . O)`` (O recomputed), the division's
-    gradient from ``K_sorted / inv`` (the mixture; ``inv > 0``). Computed in the inputs' common dtype
-    (float32 under autocast).
+    One node that keeps the scaled queries, the two ``[own; sorted]`` buffers and the weights.
+    Autograd would keep the own keys twice (masked for the mixture, and in the concatenation), the
+    mixtures before the division and the scaled logits' inputs; here the rows are written straight
+    into the buffers and the backward is written out: ``dS = w (dw - dO . O)`` (O recomputed), the
+    division's gradient from ``K_sorted / inv`` (the mixture; ``inv > 0``). Computed in the inputs'
+    common dtype (float32 under autocast).
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, keep: Tensor, s: Tensor, inv: Tensor, bias: Tensor,
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor, bias: Tensor,
                 scale: float) -> Tensor:
         ctx.dtypes = [q.dtype, k.dtype, v.dtype, None, s.dtype, inv.dtype, bias.dtype, None]
         dt = torch.promote_types(q.dtype, torch.promote_types(s.dtype, bias.dtype))
-        q, k, v, keep, s, inv, bias = (t.to(dt) for t in (q, k, v, keep, s, inv, bias))
+        q, k, v, keep, s, inv, bias = (t if t is None else t.to(dt) for t in (q, k, v, keep, s, inv, bias))
         b, h, nb, bs, d = q.shape
         rows = b * h * nb
         with torch.autocast(q.device.type, enabled=False):
@@ -107,7 +110,8 @@ class _SortedBlockAttention(torch.autograd.Function):
         # Per (batch, head) group: the blocks mix only within a group, so the backward runs over a few
         # slices of groups and its score-sized temporaries are a fraction of the saved weights.
         qg, kg, vg, wg = qf.view(g, nb, bs, d), keys.view(g, nb, bs2, d), values.view(g, nb, bs2, d), w.view(g, nb, bs, bs2)
-        keepg, sg, invg = keep.expand(b, h, nb, bs, 1).reshape(g, nb, bs, 1), s.reshape(g, nb, nb), inv.reshape(g, nb, bs)
+        keepg = None if keep is None else keep.expand(b, h, nb, bs, 1).reshape(g, nb, bs, 1)
+        sg, invg = s.reshape(g, nb, nb), inv.reshape(g, nb, bs)
         dog = d_out.to(w.dtype).reshape(g, nb, bs, d)
         dq, dk, dv = (qf.new_empty(g, nb, bs, d) for _ in range(3))
         ds, d_inv, d_bias = s.new_empty(g, nb, nb), inv.new_empty(g, nb, bs), w.new_empty(g, nb, bs2)
@@ -118,11 +122,12 @@ class _SortedBlockAttention(torch.autograd.Function):
                 do, wr, kw, vw = rows(dog), rows(wg), rows(kg), rows(vg)
                 # sum_j w_j dw_j = dO . O, with O recomputed (one GEMM) rather than kept.
                 row_dot = (do * torch.bmm(wr, vw)).sum(-1, keepdim=True)
-                ds_v, di_v = _sorted_backward(wr, do, vg[sl], keepg[sl], sg[sl], invg[sl], dv[sl])
+                keep_sl = None if keepg is None else keepg[sl]
+                ds_v, di_v = _sorted_backward(wr, do, vg[sl], keep_sl, sg[sl], invg[sl], dv[sl])
                 dl = torch.bmm(do, vw.transpose(1, 2)).sub_(row_dot).mul_(wr)      # softmax backward
                 d_bias[sl] = dl.view(-1, nb, bs, bs2).sum(2)
                 torch.bmm(dl, kw, out=rows(dq)).mul_(ctx.scale)
-                ds_k, di_k = _sorted_backward(dl, rows(qg), kg[sl], keepg[sl], sg[sl], invg[sl], dk[sl])  # qf is scaled
+                ds_k, di_k = _sorted_backward(dl, rows(qg), kg[sl], keep_sl, sg[sl], invg[sl], dk[sl])  # qf is scaled
                 torch.add(ds_k, ds_v, out=ds[sl])
                 torch.add(di_k, di_v, out=d_inv[sl])
         shape = (b, h, nb)
@@ -131,7 +136,7 @@ class _SortedBlockAttention(torch.autograd.Function):
         return tuple(t if t is None else t.to(dt) for t, dt in zip(grads, ctx.dtypes))
 
 
-def _sorted_backward(p: Tensor, x: Tensor, buf: Tensor, keep: Tensor, s: Tensor, inv: Tensor,
+def _sorted_backward(p: Tensor, x: Tensor, buf: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor,
                      d_own: Tensor) -> tuple[Tensor, Tensor]:
     """Gradients of the own rows (into ``d_own [g, nb, bs, d]``), ``S`` and ``inv`` of a
     :func:`_with_sorted` buffer ``[g, nb, 2bs, d]`` whose gradient is ``p^T x`` (``p [g nb, bs, 2bs]``,
@@ -146,7 +151,9 @@ def _sorted_backward(p: Tensor, x: Tensor, buf: Tensor, keep: Tensor, s: Tensor,
     d_s = d_mix @ own.reshape(g, nb, bs * d).transpose(-1, -2)
     torch.bmm(s.transpose(-1, -2), d_mix, out=d_own.view(g, nb, bs * d))
     del d_mixed, d_mix
-    d_own.view(-1, bs, d).baddbmm_(p[..., :bs].transpose(1, 2), x).view(d_own.shape).mul_(keep)
+    d_own.view(-1, bs, d).baddbmm_(p[..., :bs].transpose(1, 2), x)
+    if keep is not None:
+        d_own.mul_(keep)
     return d_s, d_inv
 
 
@@ -209,10 +216,11 @@ class SinkhornAttention(Mixer):
         mb = m.view(b, n_b, bs)
         mf = mb.to(dtype)
         qb, kb, vb = (t.view(b, h, n_b, bs, d) for t in (q, k, v))
-        keep = mf[:, None, :, :, None]
+        # One host sync per call, as softmax: an unpadded batch skips every mask pass.
+        keep = mf[:, None, :, :, None] if not bool(mask.all()) else None
 
         counts = mf.sum(-1)                                                  # [B, n_B]
-        summaries = (kb * keep).sum(3) / counts.clamp_min(1.0)[:, None, :, None]   # masked block means
+        summaries = (kb if keep is None else kb * keep).sum(3) / counts.clamp_min(1.0)[:, None, :, None]   # masked means
         s = self.sorting_matrix(summaries, counts > 0)                       # [B, H, n_B, n_B]
 
         mass = torch.einsum("bhij,bjt->bhit", s, mf)                         # real mass per slot
@@ -223,4 +231,4 @@ class SinkhornAttention(Mixer):
         bias = torch.cat([own_bias, sorted_bias], dim=3)                     # [B, H, n_B, 2bs]
         out = _SortedBlockAttention.apply(qb, kb, vb, keep, s, inv_mass, bias, d ** -0.5)
         out = out.reshape(b, h, n_b * bs, d)[:, :, :n]
-        return zero_padded(out, mask)
+        return out if keep is None else zero_padded(out, mask)
