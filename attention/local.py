@@ -15,18 +15,21 @@ Choices the method leaves open, written down:
   variant (masked) and cut back. A sequence of at most ``block_size`` tokens is one block, i.e.
   exact softmax: this is the clamp for short inputs.
 * Blocks running off either end are simply absent (no wrap-around).
-* Cost ``O(N * (2*window+1) * block_size)`` time and memory, done block-wise (gather of key blocks).
+* Cost ``O(N * (2*window+1) * block_size)`` time and memory, done block-wise: the key and value
+  blocks are read through an overlapping view (:mod:`attention.windows`), never gathered.
 """
 from __future__ import annotations
 
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer
-from attention.blocks import block_sparse_attention, from_blocks, mask_blocks, slot_allow, to_blocks, window_table
-from attention.masking import zero_padded
+from attention.blocks import mask_blocks
+from attention.masking import neg_fill, zero_padded
+from attention.windows import WindowAttention, block_buffer
 
 
 class LocalAttention(Mixer):
@@ -44,11 +47,19 @@ class LocalAttention(Mixer):
         return (blk[:, None] - blk[None, :]).abs() <= self.window
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        n = q.shape[2]
+        b, h, n, d = q.shape
         bs = min(self.block_size, n)
-        qb = to_blocks(q * (1.0 / math.sqrt(q.shape[-1])), bs)
-        kb, vb, mb = to_blocks(k, bs), to_blocks(v, bs), mask_blocks(mask, bs)
-        nb = qb.shape[2]
-        idx, valid = window_table(nb, min(self.window, nb - 1), q.device)
-        out = block_sparse_attention(qb, kb, vb, mb, idx, slot_allow(valid, bs))
-        return zero_padded(from_blocks(out, n), mask)
+        nb = -(-n // bs)
+        w = min(self.window, nb - 1)
+        # The blocks of every (batch, head) sequence one after another, w empty blocks at both ends:
+        # query block t reads buffer blocks t .. t + 2w as an overlapping view (no gathered copies).
+        # Window slots past either end of the sequence read as padding: masked like padded keys.
+        keys_real = F.pad(mask_blocks(mask, bs), (0, 0, w, w), value=False).unfold(1, nb, 1)  # [B, 2w+1, bs, nb]
+        allowed = keys_real.permute(0, 3, 1, 2)                                        # [B, nb, 2w+1, bs]
+        bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, neg_fill(q.dtype))
+        bias = bias.view(b, 1, nb, -1).expand(b, h, nb, bias[0, 0].numel()).reshape(b * h * nb, 1, -1)
+        out, _ = WindowAttention.apply(block_buffer(q, bs), block_buffer(k, bs, w), block_buffer(v, bs, w), bias,
+                                       2 * w + 1, 1.0 / math.sqrt(d))
+        out = out.view(b, h, nb * bs, d)[:, :, :n]
+        # One host sync per call, as softmax: an unpadded batch skips the zeroing pass.
+        return out if bool(mask.all()) else zero_padded(out, mask)

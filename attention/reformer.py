@@ -43,6 +43,7 @@ from torch import Tensor
 
 from attention.base import Mixer
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
+from attention.windows import WindowAttention
 
 
 def _look_back(t: Tensor, fill: float | bool | int) -> Tensor:
@@ -52,65 +53,6 @@ def _look_back(t: Tensor, fill: float | bool | int) -> Tensor:
     """
     prev = torch.cat([torch.full_like(t[:, :, :, :1], fill), t[:, :, :, :-1]], dim=3)
     return torch.cat([prev, t], dim=4)
-
-
-def _windows(buf: Tensor) -> Tensor:
-    """``[T + 1, m, D]`` -> ``[T, 2m, D]``: chunk t's keys are chunks t and t + 1 of the buffer (its
-    previous chunk and its own), an overlapping view: the look-back costs no copy."""
-    t1, m, d = buf.shape
-    return buf.as_strided((t1 - 1, 2 * m, d), (m * d, d, 1))
-
-
-class _ChunkAttention(torch.autograd.Function):
-    """Softmax attention of each chunk of queries ``[T, m, D]`` over its 2m look-back keys, with the
-    log-partition ``z`` of every row: ``(w V, logsumexp(s))``, ``s = q K^T + bias`` (written over
-    ``bias``, a buffer the caller hands over).
-
-    One node that keeps ``q``, the two buffers, ``w`` and the output. Autograd would also keep the
-    logits (for the log-partition) and a copy of the keys and values per look-back; the backward of
-    ``z`` is ``w`` itself, so ``ds = w (dw - d_out . out + dz)`` (``sum_j w_j dw_j = d_out . out``). A look-back window that crosses into the
-    previous sequence of chunks is masked by ``bias`` (its keys get weight exactly 0).
-    """
-
-    @staticmethod
-    def forward(ctx, q: Tensor, kbuf: Tensor, vbuf: Tensor, bias: Tensor) -> tuple[Tensor, Tensor]:
-        dev = q.device.type
-        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
-        keys = _windows(kbuf).transpose(1, 2)
-        # The logits overwrite the bias, unless autocast picks their dtype (then a new tensor, as autograd would).
-        s = torch.baddbmm(bias, q, keys) if ctx.amp[1] else bias.baddbmm_(q, keys)
-        # Log-partition from the softmax: lse = max s - log(max w) (both at the same key). Exact, and it
-        # avoids exp() of the masked logits, which takes a slow path on CPU (~10x a softmax).
-        top = s.amax(dim=-1)
-        w = torch.softmax(s, dim=-1)
-        del s
-        lse = top - w.amax(dim=-1).log()
-        out = torch.bmm(w, _windows(vbuf))
-        ctx.save_for_backward(q, kbuf, vbuf, w, out)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, d_out: Tensor, d_lse: Tensor):
-        q, kbuf, vbuf, w, out = ctx.saved_tensors
-        dev, enabled, dtype = ctx.amp
-        m = q.shape[1]
-        with torch.autocast(dev, dtype=dtype, enabled=enabled):
-            dw = torch.bmm(d_out, _windows(vbuf).transpose(1, 2))
-            dvbuf = _fold(w, d_out, m)
-            # sum_j w_ij dw_ij = d_out_i . out_i: no score-sized product.
-            ds = dw.sub_((d_out * out).sum(-1, keepdim=True) - d_lse[..., None]).mul_(w)
-            dq = torch.bmm(ds, _windows(kbuf))
-            dkbuf = _fold(ds, q, m)
-        return dq.to(q.dtype), dkbuf.to(kbuf.dtype), dvbuf.to(vbuf.dtype), None
-
-
-def _fold(p: Tensor, x: Tensor, m: int) -> Tensor:
-    """``p^T x`` for the windows of :func:`_windows`, ``p [T, m, 2m]``, ``x [T, m, D]``, summed back into
-    the ``[T + 1, m, D]`` buffer (each chunk is in two windows) without a ``[T, 2m, D]`` temporary."""
-    p, out = p.to(x.dtype), x.new_zeros(p.shape[0] + 1, m, x.shape[-1])     # (dtypes differ under autocast only)
-    out[:-1].baddbmm_(p[..., :m].transpose(1, 2), x)
-    out[1:].baddbmm_(p[..., m:].transpose(1, 2), x)
-    return out
 
 
 class ReformerAttention(Mixer):
@@ -198,7 +140,7 @@ class ReformerAttention(Mixer):
             for c in range(1, r + 2):                       # one bool pass per code value (no index tensor)
                 bias.masked_fill_(code == c, -math.log(c) if c <= r else -penalty - math.log(r))
             del code
-        o, lse = _ChunkAttention.apply(qc.reshape(-1, m, d), chunk_buffer(kn), chunk_buffer(vp), bias.view(-1, m, 2 * m))
+        o, lse = WindowAttention.apply(qc.reshape(-1, m, d), chunk_buffer(kn), chunk_buffer(vp), bias.view(-1, m, 2 * m), 2)
         del bias                                                                       # the logits' buffer
         o, lse = o.view(b, h, r, np_, d), lse.view(b, h, r, np_)
 
