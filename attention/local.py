@@ -61,5 +61,4 @@ class LocalAttention(Mixer):
         out, _ = WindowAttention.apply(block_buffer(q, bs), block_buffer(k, bs, w), block_buffer(v, bs, w), bias,
                                        2 * w + 1, 1.0 / math.sqrt(d))
         out = out.view(b, h, nb * bs, d)[:, :, :n]
-        # One host sync per call, as softmax: an unpadded batch skips the zeroing pass.
-        return out if bool(mask.all()) else zero_padded(out, mask)
+        return zero_padded(out, mask)
