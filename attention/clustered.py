@@ -166,11 +166,12 @@ def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int, in
     return nearest()[0].view(b, h, n)
 
 
-def cluster_major_slots(labels: Tensor, n_clusters: int, chunk: int) -> tuple[Tensor, Tensor, int]:
+def cluster_major_slots(labels: Tensor, n_clusters: int, chunk: int, tight: bool = False) -> tuple[Tensor, Tensor, int]:
     """Lay queries out cluster by cluster, each cluster padded to a multiple of ``chunk`` slots.
 
     Returns the slot of every query ``[B,H,N]``, the cluster of every chunk ``[B,H,M/chunk]``
-    (0 for chunks with no query) and the static slot count ``M >= N + (C+1)(chunk-1)``.
+    (0 for chunks with no query) and the slot count ``M``: the static bound ``N + (C+1)(chunk-1)``
+    rounded up to a chunk, or with ``tight`` the largest row's real count (one host read).
     """
     b, h, n = labels.shape
     counts = torch.zeros(b, h, n_clusters + 1, dtype=torch.long, device=labels.device)
@@ -183,7 +184,7 @@ def cluster_major_slots(labels: Tensor, n_clusters: int, chunk: int) -> tuple[Te
     rank = torch.arange(n, device=labels.device) - first.gather(2, sorted_labels)  # rank in its cluster
     sorted_slots = start.gather(2, sorted_labels) + rank
     slots = torch.empty_like(labels).scatter_(2, order, sorted_slots)
-    n_slots = -(-(n + (n_clusters + 1) * (chunk - 1)) // chunk) * chunk
+    n_slots = int(padded.sum(-1).max()) if tight else -(-(n + (n_clusters + 1) * (chunk - 1)) // chunk) * chunk
     chunk_cluster = torch.zeros(b, h, n_slots // chunk, dtype=torch.long, device=labels.device)
     return slots, chunk_cluster.scatter_(2, slots // chunk, labels), n_slots
 
@@ -202,30 +203,83 @@ def improved_output(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, labels: Tenso
     top-k keys T of its cluster (padded keys masked), ``rest [B,H,C,D]``, ``mass [B,H,C]``.
 
     The member queries of a cluster share its key set, so queries are laid out cluster-major in
-    chunks and each chunk does one small matmul against its cluster's k keys: the gathered keys are
-    O(N k D / chunk) instead of one copy per query. Key mask, scale, m_j and rest_j enter the two
-    batched matmuls (``baddbmm``) chunk by chunk, so the only per-query tensors are the queries laid
-    out and the result read back. Padded queries (label C) read cluster C-1.
+    chunks and each chunk does one small matmul against its cluster's k keys. The top-k keys are
+    gathered once per cluster (``C k`` rows); :class:`_ExactTopK` expands them per chunk and back.
+    Padded queries (label C) read cluster C-1 with ``m = 0`` and ``rest = 0``: their output is 0.
     """
     b, h, n, d = q.shape
     c, kk = top_idx.shape[2], top_idx.shape[3]
     chunk = max(1, min(16, n // c))                                         # about the mean cluster size
-    slots, chunk_cluster, n_slots = cluster_major_slots(labels, c, chunk)
-    cc = chunk_cluster.clamp(max=c - 1)                                     # [B,H,G], G = M / chunk
-    g = cc.shape[2]
-    keys = top_idx.gather(2, cc[..., None].expand(-1, -1, -1, kk)).view(b, h, g * kk)    # [B,H,G*k]
-    bias = key_bias(mask, q.dtype)[:, 0].expand(b, h, n).gather(2, keys).view(b * h * g, 1, kk)
-    slot_rows = (slots + (torch.arange(b * h, device=q.device) * n_slots).view(b, h, 1)).reshape(-1)
-    qp = q.new_zeros(b * h * n_slots, d).index_copy(0, slot_rows, q.reshape(b * h * n, d))
-    k_top = _rows(k, keys).view(b * h * g, kk, d)
-    logits = torch.baddbmm(bias, qp.view(b * h * g, chunk, d), k_top.transpose(1, 2), alpha=scale)
-    # Chunks of padded queries (cluster C) read m = 0 and rest = 0: their outputs are exactly 0.
-    mass = F.pad(mass, (0, 1)).gather(2, chunk_cluster).view(b * h * g, 1, 1)
-    probs = torch.softmax(logits, dim=-1) * mass
-    v_top = _rows(v, keys).view(b * h * g, kk, d)
-    rest = _rows(F.pad(rest, (0, 0, 0, 1)), chunk_cluster).view(b * h * g, 1, d)
-    out = torch.baddbmm(rest, probs, v_top)                                # [B*H*G, chunk, D]
-    return out.view(b * h * n_slots, d).index_select(0, slot_rows).view(b, h, n, d)
+    # On CPU the real slot count (one host read) instead of the static bound: about a quarter fewer chunks.
+    slots, chunk_cluster, n_slots = cluster_major_slots(labels, c, chunk, tight=q.device.type == "cpu")
+    bh = b * h
+    base = torch.arange(bh, device=q.device).view(b, h, 1)
+    key_group = (chunk_cluster.clamp(max=c - 1) + base * c).reshape(-1)    # [B*H*G] rows of k_cl
+    out_group = (chunk_cluster + base * (c + 1)).reshape(-1)                # [B*H*G] rows of rest / m
+    keys = top_idx.reshape(b, h, c * kk)
+    bias = key_bias(mask, q.dtype)[:, 0].expand(b, h, n).gather(2, keys).view(bh * c, kk)
+    k_cl = _rows(k, keys).view(bh * c, kk, d)
+    v_cl = _rows(v, keys).view(bh * c, kk, d)
+    slot_rows = (slots + base * n_slots).reshape(-1)
+    qp = q.new_zeros(bh * n_slots, d).index_copy(0, slot_rows, q.reshape(bh * n, d)).view(-1, chunk, d)
+    rest = F.pad(rest, (0, 0, 0, 1)).reshape(bh * (c + 1), d)
+    mass = F.pad(mass, (0, 1)).reshape(bh * (c + 1))
+    out = _ExactTopK.apply(qp, k_cl, v_cl, bias, rest, mass, key_group, out_group, scale)
+    return out.view(bh * n_slots, d).index_select(0, slot_rows).view(b, h, n, d)
+
+
+class _ExactTopK(torch.autograd.Function):
+    """Eq. 10's exact part per chunk g of queries ``qp [G, chunk, D]`` sharing cluster j's top-k keys:
+    ``rest_j + m_j softmax(qp K_j^T * scale + bias_j) V_j``, keys and values given per cluster
+    (``[C', k, D]``) and read per chunk through ``key_group [G]``; ``rest [C'', D]`` and ``m [C'']``
+    through ``out_group [G]``.
+
+    Autograd would keep the per-chunk copies of the keys and values (``G k D`` each, about ``6 N D``)
+    and scatter their gradients row by row. Here only the probabilities ``[G, chunk, k]`` are kept,
+    the copies are gathered again in backward, and their gradients are summed per cluster (one
+    ``index_add`` of G rows of ``k D``) before autograd scatters the ``C k`` cluster rows into dK, dV.
+    """
+
+    @staticmethod
+    def forward(ctx, qp: Tensor, k_cl: Tensor, v_cl: Tensor, bias: Tensor, rest: Tensor, mass: Tensor,
+                key_group: Tensor, out_group: Tensor, scale: float) -> Tensor:
+        k_top = k_cl.index_select(0, key_group)                             # [G, k, D]
+        logits = torch.baddbmm(bias.index_select(0, key_group)[:, None, :], qp, k_top.transpose(1, 2), alpha=scale)
+        del k_top
+        probs = torch.softmax(logits, dim=-1)                               # [G, chunk, k]
+        m = mass.index_select(0, out_group)[:, None, None]
+        out = torch.baddbmm(rest.index_select(0, out_group)[:, None, :], probs * m.to(probs.dtype),
+                            v_cl.index_select(0, key_group))
+        ctx.save_for_backward(qp, k_cl, v_cl, mass, probs, key_group, out_group)
+        dev = qp.device.type
+        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
+        ctx.scale, ctx.rest_dtype = scale, rest.dtype
+        return out
+
+    @staticmethod
+    def backward(ctx, d_out: Tensor):
+        qp, k_cl, v_cl, mass, probs, key_group, out_group = ctx.saved_tensors
+        dev, enabled, dtype = ctx.amp
+        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+            m = mass.index_select(0, out_group)[:, None, None].to(probs.dtype)
+            d_rest = d_out.new_zeros(mass.shape[0], d_out.shape[-1]).index_add_(0, out_group, d_out.sum(1))
+            d_pv = torch.bmm(d_out, v_cl.index_select(0, key_group).transpose(1, 2))   # dL/d(p V), [G, chunk, k]
+            d_pv = d_pv.to(probs.dtype)
+            d_m = mass.new_zeros(mass.shape).index_add_(0, out_group, (probs * d_pv).sum((1, 2)).to(mass.dtype))
+            d_v_top = torch.bmm((probs * m).transpose(1, 2), d_out)              # [G, k, D]
+            d_v = _group_sum(d_v_top, key_group, v_cl)
+            d_p = d_pv.mul_(m)
+            d_logits = d_p.sub_((probs * d_p).sum(-1, keepdim=True)).mul_(probs * ctx.scale)    # softmax backward
+            d_qp = torch.bmm(d_logits, k_cl.index_select(0, key_group).to(d_logits.dtype))
+            d_k_top = torch.bmm(d_logits.transpose(1, 2), qp.to(d_logits.dtype))
+            d_k = _group_sum(d_k_top, key_group, k_cl)
+        return (d_qp.to(qp.dtype), d_k, d_v, None, d_rest.to(ctx.rest_dtype), d_m, None, None, None)
+
+
+def _group_sum(per_chunk: Tensor, group: Tensor, like: Tensor) -> Tensor:
+    """Sum of ``per_chunk [G, k, D]`` into the rows ``group [G]`` of a zero tensor shaped as ``like``."""
+    out = torch.zeros(like.shape[0], per_chunk.shape[1] * per_chunk.shape[2], dtype=like.dtype, device=like.device)
+    return out.index_add_(0, group, per_chunk.reshape(group.shape[0], -1).to(like.dtype)).view(like.shape)
 
 
 class _ClusteredBelowTopK(torch.autograd.Function):
