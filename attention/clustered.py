@@ -203,8 +203,7 @@ def improved_output(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, labels: Tenso
     top-k keys T of its cluster (padded keys masked), ``rest [B,H,C,D]``, ``mass [B,H,C]``.
 
     The member queries of a cluster share its key set, so queries are laid out cluster-major in
-    chunks and each chunk does one small matmul against its cluster's k keys. The top-k keys are
-    gathered once per cluster (``C k`` rows); :class:`_ExactTopK` expands them per chunk and back.
+    chunks and each chunk does one small matmul against its cluster's k keys (:class:`_ExactTopK`).
     Padded queries (label C) read cluster C-1 with ``m = 0`` and ``rest = 0``: their output is 0.
     """
     b, h, n, d = q.shape
@@ -214,72 +213,90 @@ def improved_output(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, labels: Tenso
     slots, chunk_cluster, n_slots = cluster_major_slots(labels, c, chunk, tight=q.device.type == "cpu")
     bh = b * h
     base = torch.arange(bh, device=q.device).view(b, h, 1)
-    key_group = (chunk_cluster.clamp(max=c - 1) + base * c).reshape(-1)    # [B*H*G] rows of k_cl
-    out_group = (chunk_cluster + base * (c + 1)).reshape(-1)                # [B*H*G] rows of rest / m
-    keys = top_idx.reshape(b, h, c * kk)
-    bias = key_bias(mask, q.dtype)[:, 0].expand(b, h, n).gather(2, keys).view(bh * c, kk)
-    k_cl = _rows(k, keys).view(bh * c, kk, d)
-    v_cl = _rows(v, keys).view(bh * c, kk, d)
+    keys = top_idx.gather(2, chunk_cluster.clamp(max=c - 1)[..., None].expand(-1, -1, -1, kk)).view(b, h, -1)
+    bias = key_bias(mask, q.dtype)[:, 0].expand(b, h, n).gather(2, keys).view(-1, kk)     # [B*H*G, k]
+    key_rows = (keys + base * n).reshape(-1)                                # [B*H*G*k] rows of K, V
+    out_group = (chunk_cluster + base * (c + 1)).reshape(-1)                # [B*H*G] rows of rest, m
     slot_rows = (slots + base * n_slots).reshape(-1)
-    qp = q.new_zeros(bh * n_slots, d).index_copy(0, slot_rows, q.reshape(bh * n, d)).view(-1, chunk, d)
     rest = F.pad(rest, (0, 0, 0, 1)).reshape(bh * (c + 1), d)
     mass = F.pad(mass, (0, 1)).reshape(bh * (c + 1))
-    out = _ExactTopK.apply(qp, k_cl, v_cl, bias, rest, mass, key_group, out_group, scale)
-    return out.view(bh * n_slots, d).index_select(0, slot_rows).view(b, h, n, d)
+    out = _ExactTopK.apply(q.reshape(bh * n, d), k.reshape(bh * n, d), v.reshape(bh * n, d), rest, mass, bias,
+                           key_rows, out_group, slot_rows, chunk, scale)
+    return out.view(b, h, n, d)
 
 
 class _ExactTopK(torch.autograd.Function):
-    """Eq. 10's exact part per chunk g of queries ``qp [G, chunk, D]`` sharing cluster j's top-k keys:
-    ``rest_j + m_j softmax(qp K_j^T * scale + bias_j) V_j``, keys and values given per cluster
-    (``[C', k, D]``) and read per chunk through ``key_group [G]``; ``rest [C'', D]`` and ``m [C'']``
-    through ``out_group [G]``.
+    """Eq. 10's exact part: ``out_i = rest_j + m_j softmax(q_i K_j^T * scale + bias_j) V_j`` with the
+    queries ``q [R, D]`` laid out in chunks (``slot_rows [R]``) that share their cluster's top-k key
+    rows (``key_rows [G k]`` into ``k, v [R', D]``); ``rest [C'', D]``, ``m [C'']`` read through
+    ``out_group [G]``.
 
-    Autograd would keep the per-chunk copies of the keys and values (``G k D`` each, about ``6 N D``)
-    and scatter their gradients row by row. Here only the probabilities ``[G, chunk, k]`` are kept,
-    the copies are gathered again in backward, and their gradients are summed per cluster (one
-    ``index_add`` of G rows of ``k D``) before autograd scatters the ``C k`` cluster rows into dK, dV.
+    Autograd would keep the per-chunk copies of the keys and values (``G k D`` each, several times K)
+    and the laid-out queries. Here only the probabilities ``[G, chunk, k]`` are kept; the copies are
+    gathered again in backward, and both passes run over slices of about ``R' / k`` chunks, so no
+    transient exceeds the size of K.
     """
 
     @staticmethod
-    def forward(ctx, qp: Tensor, k_cl: Tensor, v_cl: Tensor, bias: Tensor, rest: Tensor, mass: Tensor,
-                key_group: Tensor, out_group: Tensor, scale: float) -> Tensor:
-        k_top = k_cl.index_select(0, key_group)                             # [G, k, D]
-        logits = torch.baddbmm(bias.index_select(0, key_group)[:, None, :], qp, k_top.transpose(1, 2), alpha=scale)
-        del k_top
-        probs = torch.softmax(logits, dim=-1)                               # [G, chunk, k]
-        m = mass.index_select(0, out_group)[:, None, None]
-        out = torch.baddbmm(rest.index_select(0, out_group)[:, None, :], probs * m.to(probs.dtype),
-                            v_cl.index_select(0, key_group))
-        ctx.save_for_backward(qp, k_cl, v_cl, mass, probs, key_group, out_group)
-        dev = qp.device.type
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, rest: Tensor, mass: Tensor, bias: Tensor,
+                key_rows: Tensor, out_group: Tensor, slot_rows: Tensor, chunk: int, scale: float) -> Tensor:
+        g, kk = bias.shape
+        qp = _laid_out(q, slot_rows, g * chunk).view(g, chunk, -1)
+        probs, outs = [], []
+        for a, z in _slices(g, k.shape[0] // kk):
+            rows = key_rows[a * kk:z * kk]
+            logits = torch.baddbmm(bias[a:z, None, :], qp[a:z], k.index_select(0, rows).view(z - a, kk, -1).transpose(1, 2),
+                                   alpha=scale)
+            probs.append(torch.softmax(logits, dim=-1))                    # [slice, chunk, k]
+            m = mass.index_select(0, out_group[a:z])[:, None, None].to(probs[-1].dtype)
+            outs.append(torch.baddbmm(rest.index_select(0, out_group[a:z])[:, None, :], probs[-1] * m,
+                                      v.index_select(0, rows).view(z - a, kk, -1)))
+        probs = torch.cat(probs) if len(probs) > 1 else probs[0]
+        out = torch.cat(outs) if len(outs) > 1 else outs[0]
+        ctx.save_for_backward(q, k, v, mass, probs, key_rows, out_group, slot_rows)
+        dev = q.device.type
         ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
         ctx.scale, ctx.rest_dtype = scale, rest.dtype
-        return out
+        return out.view(g * chunk, -1).index_select(0, slot_rows)
 
     @staticmethod
     def backward(ctx, d_out: Tensor):
-        qp, k_cl, v_cl, mass, probs, key_group, out_group = ctx.saved_tensors
+        q, k, v, mass, probs, key_rows, out_group, slot_rows = ctx.saved_tensors
+        g, chunk, kk = probs.shape
         dev, enabled, dtype = ctx.amp
         with torch.autocast(dev, dtype=dtype, enabled=enabled):
-            m = mass.index_select(0, out_group)[:, None, None].to(probs.dtype)
-            d_rest = d_out.new_zeros(mass.shape[0], d_out.shape[-1]).index_add_(0, out_group, d_out.sum(1))
-            d_pv = torch.bmm(d_out, v_cl.index_select(0, key_group).transpose(1, 2))   # dL/d(p V), [G, chunk, k]
-            d_pv = d_pv.to(probs.dtype)
-            d_m = mass.new_zeros(mass.shape).index_add_(0, out_group, (probs * d_pv).sum((1, 2)).to(mass.dtype))
-            d_v_top = torch.bmm((probs * m).transpose(1, 2), d_out)              # [G, k, D]
-            d_v = _group_sum(d_v_top, key_group, v_cl)
-            d_p = d_pv.mul_(m)
-            d_logits = d_p.sub_((probs * d_p).sum(-1, keepdim=True)).mul_(probs * ctx.scale)    # softmax backward
-            d_qp = torch.bmm(d_logits, k_cl.index_select(0, key_group).to(d_logits.dtype))
-            d_k_top = torch.bmm(d_logits.transpose(1, 2), qp.to(d_logits.dtype))
-            d_k = _group_sum(d_k_top, key_group, k_cl)
-        return (d_qp.to(qp.dtype), d_k, d_v, None, d_rest.to(ctx.rest_dtype), d_m, None, None, None)
+            d_outp = _laid_out(d_out, slot_rows, g * chunk).view(g, chunk, -1)
+            qp = _laid_out(q, slot_rows, g * chunk).view(g, chunk, -1)
+            d_rest = d_out.new_zeros(mass.shape[0], d_out.shape[-1]).index_add_(0, out_group, d_outp.sum(1))
+            m_all = mass.index_select(0, out_group).to(probs.dtype)
+            d_k, d_v = torch.zeros_like(k), torch.zeros_like(v)
+            d_m, d_qp = [], []
+            for a, z in _slices(g, k.shape[0] // kk):
+                rows, p, m = key_rows[a * kk:z * kk], probs[a:z], m_all[a:z, None, None]
+                d_pv = torch.bmm(d_outp[a:z], v.index_select(0, rows).view(z - a, kk, -1).transpose(1, 2)).to(p.dtype)
+                d_m.append((p * d_pv).sum((1, 2)))                          # dL/dm per chunk
+                d_v.index_add_(0, rows, torch.bmm((p * m).transpose(1, 2), d_outp[a:z]).view(-1, v.shape[1]).to(v.dtype))
+                d_p = d_pv.mul_(m)
+                d_logits = d_p.sub_((p * d_p).sum(-1, keepdim=True)).mul_(p * ctx.scale)   # softmax backward
+                d_qp.append(torch.bmm(d_logits, k.index_select(0, rows).view(z - a, kk, -1).to(d_logits.dtype)))
+                d_k.index_add_(0, rows, torch.bmm(d_logits.transpose(1, 2), qp[a:z].to(d_logits.dtype))
+                               .view(-1, k.shape[1]).to(k.dtype))
+            d_m = torch.cat(d_m) if len(d_m) > 1 else d_m[0]
+            d_mass = mass.new_zeros(mass.shape).index_add_(0, out_group, d_m.to(mass.dtype))
+            d_qp = torch.cat(d_qp) if len(d_qp) > 1 else d_qp[0]
+            d_q = d_qp.view(g * chunk, -1).index_select(0, slot_rows)
+        return (d_q.to(q.dtype), d_k, d_v, d_rest.to(ctx.rest_dtype), d_mass, None, None, None, None, None, None)
 
 
-def _group_sum(per_chunk: Tensor, group: Tensor, like: Tensor) -> Tensor:
-    """Sum of ``per_chunk [G, k, D]`` into the rows ``group [G]`` of a zero tensor shaped as ``like``."""
-    out = torch.zeros(like.shape[0], per_chunk.shape[1] * per_chunk.shape[2], dtype=like.dtype, device=like.device)
-    return out.index_add_(0, group, per_chunk.reshape(group.shape[0], -1).to(like.dtype)).view(like.shape)
+def _laid_out(x: Tensor, slot_rows: Tensor, n_slots: int) -> Tensor:
+    """Rows ``x [R, D]`` placed at ``slot_rows`` of an ``[n_slots, D]`` zero tensor."""
+    return x.new_zeros(n_slots, x.shape[1]).index_copy_(0, slot_rows, x)
+
+
+def _slices(total: int, size: int) -> list[tuple[int, int]]:
+    """``[a, z)`` ranges of at most ``max(size, 1)`` covering ``range(total)``."""
+    size = max(size, 1)
+    return [(a, min(a + size, total)) for a in range(0, total, size)]
 
 
 class _ClusteredBelowTopK(torch.autograd.Function):
