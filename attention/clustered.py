@@ -232,65 +232,70 @@ class _ExactTopK(torch.autograd.Function):
     ``out_group [G]``.
 
     Autograd would keep the per-chunk copies of the keys and values (``G k D`` each, several times K)
-    and the laid-out queries. Here only the probabilities ``[G, chunk, k]`` are kept; the copies are
-    gathered again in backward, and both passes run over slices of about ``R' / k`` chunks, so no
-    transient exceeds the size of K.
+    and the laid-out queries. Here only the probabilities ``[G, chunk, k]`` are kept; both passes run
+    over slices of about ``R' / k`` chunks, gathering the slice's queries, keys and values again, so
+    no transient exceeds the size of K. Empty slots read some query (the last one): their output is
+    never read and their output gradient is zeroed, so they contribute exactly 0 to every gradient.
     """
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, rest: Tensor, mass: Tensor, bias: Tensor,
                 key_rows: Tensor, out_group: Tensor, slot_rows: Tensor, chunk: int, scale: float) -> Tensor:
         g, kk = bias.shape
-        qp = _laid_out(q, slot_rows, g * chunk).view(g, chunk, -1)
-        probs, outs = [], []
+        r, d = q.shape
+        source = _slot_sources(slot_rows, g * chunk)                        # [G * chunk], r for empty slots
+        out, probs = q.new_zeros(r + 1, d), None
         for a, z in _slices(g, k.shape[0] // kk):
-            rows = key_rows[a * kk:z * kk]
-            logits = torch.baddbmm(bias[a:z, None, :], qp[a:z], k.index_select(0, rows).view(z - a, kk, -1).transpose(1, 2),
+            rows, src = key_rows[a * kk:z * kk], source[a * chunk:z * chunk]
+            qp = q.index_select(0, src.clamp(max=r - 1)).view(z - a, chunk, d)
+            logits = torch.baddbmm(bias[a:z, None, :], qp, k.index_select(0, rows).view(z - a, kk, d).transpose(1, 2),
                                    alpha=scale)
-            probs.append(torch.softmax(logits, dim=-1))                    # [slice, chunk, k]
-            m = mass.index_select(0, out_group[a:z])[:, None, None].to(probs[-1].dtype)
-            outs.append(torch.baddbmm(rest.index_select(0, out_group[a:z])[:, None, :], probs[-1] * m,
-                                      v.index_select(0, rows).view(z - a, kk, -1)))
-        probs = torch.cat(probs) if len(probs) > 1 else probs[0]
-        out = torch.cat(outs) if len(outs) > 1 else outs[0]
-        ctx.save_for_backward(q, k, v, mass, probs, key_rows, out_group, slot_rows)
+            p = torch.softmax(logits, dim=-1)                               # [slice, chunk, k]
+            probs = p.new_empty(g, chunk, kk) if probs is None else probs
+            probs[a:z] = p
+            m = mass.index_select(0, out_group[a:z])[:, None, None].to(p.dtype)
+            part = torch.baddbmm(rest.index_select(0, out_group[a:z])[:, None, :], p * m,
+                                 v.index_select(0, rows).view(z - a, kk, d))
+            out.index_copy_(0, src, part.view(-1, d).to(out.dtype))        # empty slots land on row r
+        ctx.save_for_backward(q, k, v, mass, probs, key_rows, out_group, source)
         dev = q.device.type
         ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
         ctx.scale, ctx.rest_dtype = scale, rest.dtype
-        return out.view(g * chunk, -1).index_select(0, slot_rows)
+        return out[:r]
 
     @staticmethod
     def backward(ctx, d_out: Tensor):
-        q, k, v, mass, probs, key_rows, out_group, slot_rows = ctx.saved_tensors
+        q, k, v, mass, probs, key_rows, out_group, source = ctx.saved_tensors
         g, chunk, kk = probs.shape
+        r, d = q.shape
         dev, enabled, dtype = ctx.amp
         with torch.autocast(dev, dtype=dtype, enabled=enabled):
-            d_outp = _laid_out(d_out, slot_rows, g * chunk).view(g, chunk, -1)
-            qp = _laid_out(q, slot_rows, g * chunk).view(g, chunk, -1)
-            d_rest = d_out.new_zeros(mass.shape[0], d_out.shape[-1]).index_add_(0, out_group, d_outp.sum(1))
-            m_all = mass.index_select(0, out_group).to(probs.dtype)
-            d_k, d_v = torch.zeros_like(k), torch.zeros_like(v)
-            d_m, d_qp = [], []
+            d_k, d_v, d_q = torch.zeros_like(k), torch.zeros_like(v), q.new_zeros(r + 1, d)
+            d_rest = d_out.new_zeros(mass.shape[0], d)
+            d_m = mass.new_zeros(g)
             for a, z in _slices(g, k.shape[0] // kk):
-                rows, p, m = key_rows[a * kk:z * kk], probs[a:z], m_all[a:z, None, None]
-                d_pv = torch.bmm(d_outp[a:z], v.index_select(0, rows).view(z - a, kk, -1).transpose(1, 2)).to(p.dtype)
-                d_m.append((p * d_pv).sum((1, 2)))                          # dL/dm per chunk
-                d_v.index_add_(0, rows, torch.bmm((p * m).transpose(1, 2), d_outp[a:z]).view(-1, v.shape[1]).to(v.dtype))
+                rows, src, p = key_rows[a * kk:z * kk], source[a * chunk:z * chunk], probs[a:z]
+                m = mass.index_select(0, out_group[a:z])[:, None, None].to(p.dtype)
+                d_part = (d_out.index_select(0, src.clamp(max=r - 1)) * (src < r)[:, None]).view(z - a, chunk, d)
+                d_rest.index_add_(0, out_group[a:z], d_part.sum(1))
+                d_pv = torch.bmm(d_part, v.index_select(0, rows).view(z - a, kk, d).transpose(1, 2)).to(p.dtype)
+                d_m[a:z] = (p * d_pv).sum((1, 2))                          # dL/dm per chunk
+                d_v.index_add_(0, rows, torch.bmm((p * m).transpose(1, 2), d_part).view(-1, d).to(v.dtype))
                 d_p = d_pv.mul_(m)
                 d_logits = d_p.sub_((p * d_p).sum(-1, keepdim=True)).mul_(p * ctx.scale)   # softmax backward
-                d_qp.append(torch.bmm(d_logits, k.index_select(0, rows).view(z - a, kk, -1).to(d_logits.dtype)))
-                d_k.index_add_(0, rows, torch.bmm(d_logits.transpose(1, 2), qp[a:z].to(d_logits.dtype))
-                               .view(-1, k.shape[1]).to(k.dtype))
-            d_m = torch.cat(d_m) if len(d_m) > 1 else d_m[0]
-            d_mass = mass.new_zeros(mass.shape).index_add_(0, out_group, d_m.to(mass.dtype))
-            d_qp = torch.cat(d_qp) if len(d_qp) > 1 else d_qp[0]
-            d_q = d_qp.view(g * chunk, -1).index_select(0, slot_rows)
-        return (d_q.to(q.dtype), d_k, d_v, d_rest.to(ctx.rest_dtype), d_mass, None, None, None, None, None, None)
+                qp = q.index_select(0, src.clamp(max=r - 1)).view(z - a, chunk, d).to(d_logits.dtype)
+                d_q.index_add_(0, src, torch.bmm(d_logits, k.index_select(0, rows).view(z - a, kk, d).to(d_logits.dtype))
+                               .view(-1, d).to(q.dtype))
+                d_k.index_add_(0, rows, torch.bmm(d_logits.transpose(1, 2), qp).view(-1, d).to(k.dtype))
+            d_mass = mass.new_zeros(mass.shape).index_add_(0, out_group, d_m)
+        return d_q[:r], d_k, d_v, d_rest.to(ctx.rest_dtype), d_mass, None, None, None, None, None, None
 
 
-def _laid_out(x: Tensor, slot_rows: Tensor, n_slots: int) -> Tensor:
-    """Rows ``x [R, D]`` placed at ``slot_rows`` of an ``[n_slots, D]`` zero tensor."""
-    return x.new_zeros(n_slots, x.shape[1]).index_copy_(0, slot_rows, x)
+def _slot_sources(slot_rows: Tensor, n_slots: int) -> Tensor:
+    """The query row of every slot ``[n_slots]`` (the inverse of ``slot_rows``); empty slots read R."""
+    r = slot_rows.shape[0]
+    return torch.full((n_slots,), r, dtype=slot_rows.dtype, device=slot_rows.device).index_copy_(
+        0, slot_rows, torch.arange(r, device=slot_rows.device))
 
 
 def _slices(total: int, size: int) -> list[tuple[int, int]]:
@@ -313,6 +318,7 @@ class _ClusteredBelowTopK(torch.autograd.Function):
     def forward(ctx, centroids: Tensor, k: Tensor, v: Tensor, bias: Tensor, topk: int, scale: float):
         logits = torch.matmul(centroids, k.transpose(-1, -2)).mul_(scale).add_(bias)
         ac = torch.softmax(logits, dim=-1)                                  # eq. 4, [B,H,C,N]
+        del logits                                                          # one [B,H,C,N] matrix at a time
         top_mass, top_idx = ac.topk(topk, dim=-1)                           # [B,H,C,k]
         rest = ac.scatter_(-1, top_idx, 0.0)                                # A^c off the top-k columns
         out = rest @ v                                                      # eq. 10's first part
