@@ -141,17 +141,20 @@ def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int, in
                                                                    keyed.view(rows * n, nb + 1))
         votes = votes.view(rows, c + 1, nb + 1)[:, :c]
         members = votes[..., nb]
-        # The r-th empty cluster restarts at the r-th worst-represented real query (if it is not
-        # already exactly represented): duplicate seeds do not waste clusters.
-        distortion = (nb - best).masked_fill(padded, -1)                    # = 2 * hamming
-        far_key, far = ((distortion << pos_bits) + tie).topk(min(c, n), dim=-1)    # [BH,C], sorted
-        empty = members == 0
-        rank = (empty.cumsum(-1) - 1).clamp(min=0)
-        reseed = empty & (far_key.gather(-1, rank) >> pos_bits > 0)
-        restart = keyed.gather(1, far.gather(-1, rank)[..., None].expand(rows, c, nb + 1))[..., :nb] * m
         bits = cent[..., :nb]
         majority = torch.where(votes[..., :nb] > 0, float(m), float(-m)).to(dtype)
-        moved_bits = torch.where(members[..., None] > 0, majority, torch.where(reseed[..., None], restart, bits))
+        empty = members == 0
+        if incremental and not bool(empty.any()):   # CPU (host reads are free there): no restart to do
+            moved_bits = majority
+        else:
+            # The r-th empty cluster restarts at the r-th worst-represented real query (if it is not
+            # already exactly represented): duplicate seeds do not waste clusters.
+            distortion = (nb - best).masked_fill(padded, -1)                # = 2 * hamming
+            far_key, far = ((distortion << pos_bits) + tie).topk(min(c, n), dim=-1)    # [BH,C], sorted
+            rank = (empty.cumsum(-1) - 1).clamp(min=0)
+            reseed = empty & (far_key.gather(-1, rank) >> pos_bits > 0)
+            restart = keyed.gather(1, far.gather(-1, rank)[..., None].expand(rows, c, nb + 1))[..., :nb] * m
+            moved_bits = torch.where(empty[..., None], torch.where(reseed[..., None], restart, bits), majority)
         moved = (moved_bits != bits).any(-1)                                # [BH,C]
         cent[..., :nb] = moved_bits
         if not incremental:                 # no host sync: every row again (a fixed point repeats itself)
