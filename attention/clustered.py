@@ -142,7 +142,7 @@ def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int, in
         votes = votes.view(rows, c + 1, nb + 1)[:, :c]
         members = votes[..., nb]
         bits = cent[..., :nb]
-        majority = torch.where(votes[..., :nb] > 0, float(m), float(-m)).to(dtype)
+        majority = (votes[..., :nb] > 0).to(dtype).mul_(2 * m).sub_(m)      # +-M (a tie gives -M)
         empty = members == 0
         if incremental and not bool(empty.any()):   # CPU (host reads are free there): no restart to do
             moved_bits = majority
