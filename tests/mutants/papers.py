@@ -78,6 +78,13 @@ MUTANTS = [
            "sim.view(rows * c, n).index_copy_(0, (rows_moved + row_base).flatten(), fresh.view(rows * most, n))",
            "pass", "K-means assigns against the similarities of the centroids before they moved",
            (T_CLU, "tests/attention/test_attention_clustered.py::test_hamming_kmeans_matches_the_plain_lloyd_loop")),
+    Mutant("papers-iclustered-exact-grad-unscaled", CLU, "mul_(p * ctx.scale)", "mul_(p)",
+           "eq. 10's exact softmax back-propagated without the 1/sqrt(D) scale (forward unchanged)",
+           (T_CLU, "tests/attention/test_attention_clustered.py::test_improved_output_hand_written_backward_matches_autograd_gradcheck")),
+    Mutant("papers-iclustered-mass-grad-first-slice", CLU, "d_m[a:z] = (p * d_pv).sum((1, 2))",
+           "d_m[a:z] = (p * d_pv).sum((1, 2)) * (a == 0)",
+           "the top-k mass m_j gets its gradient from the first slice of chunks only (forward unchanged)",
+           ("tests/attention/test_attention_clustered.py::test_improved_output_hand_written_backward_matches_autograd_gradcheck",)),
     # routing
     Mutant("papers-routing-ema-swapped", ROU, "self.decay * mu + (1 - self.decay) * mean.to(mu.dtype)",
            "(1 - self.decay) * mu + self.decay * mean.to(mu.dtype)", "EMA with lambda and 1 - lambda swapped", (T_ROU,)),
