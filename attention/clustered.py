@@ -36,7 +36,15 @@ Choices the paper leaves open, written down:
   repeat the last). That costs one host read per iteration (how many rows to recompute), so it is
   done on CPU only, where the matmul is the cost; on a GPU every row is recomputed and all ``L``
   iterations run, with no host sync (the same labels: the extra iterations are fixed points). Votes
-  and member counts are one ``index_add`` of ``[code, 1]`` rows.
+  and member counts are one ``index_add`` of ``[code, 1]`` rows. On CPU a second host read per
+  iteration skips the restart work (a top-k over every query, gathers) when no cluster is empty;
+  on a GPU it always runs, and then restarts nothing.
+* i_clustered's exact part (eq. 10's top-k softmax) is one autograd node that keeps only the
+  probabilities ``[chunks, chunk, k]``; its backward gathers the queries, keys and values of each
+  slice of chunks again, and both passes run over slices whose gathered keys are at most the size of
+  K, so no per-chunk copy of the keys (several times K) is ever whole. Chunk size ``min(16, N // C)``;
+  the slot count is the largest row's real one on CPU (one host read), the static bound
+  ``N + (C+1)(chunk-1)`` on a GPU (no sync).
 * i_clustered's clustered part (eqs. 4, 9, the non-top-k part of 10) is one autograd node that keeps
   a single ``[B,H,C,N]`` matrix (A^c with its top-k columns zeroed in place); its backward rebuilds
   the softmax gradient from that matrix and the top-k values (``sum_l A_l dA_l = dR . (R V) + m dm``).
