@@ -327,7 +327,10 @@ class _ClusteredBelowTopK(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, centroids: Tensor, k: Tensor, v: Tensor, bias: Tensor, topk: int, scale: float):
-        logits = torch.matmul(centroids, k.transpose(-1, -2)).mul_(scale).add_(bias)
+        b, h, c, d = centroids.shape
+        n = k.shape[2]
+        logits = torch.baddbmm(bias.expand(b, h, 1, n).reshape(b * h, 1, n), centroids.reshape(b * h, c, d),
+                               k.reshape(b * h, n, d).transpose(1, 2), alpha=scale).view(b, h, c, n)   # one pass
         ac = torch.softmax(logits, dim=-1)                                  # eq. 4, [B,H,C,N]
         del logits                                                          # one [B,H,C,N] matrix at a time
         top_mass, top_idx = ac.topk(topk, dim=-1)                           # [B,H,C,k]
