@@ -400,6 +400,10 @@ class ClusteredAttention(Mixer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         b, h, n, d = q.shape
         c = min(self.clusters, n)
+        # The shell's heads are strided views; one copy here instead of one per flattening below.
+        q = q.contiguous()
+        if self.improved:
+            k, v = k.contiguous(), v.contiguous()
         labels = self.cluster(q, mask)
         # eq. 3: centroid = mean of the member queries (slot c collects padded queries, dropped).
         flat = (labels + (torch.arange(b * h, device=q.device) * (c + 1)).view(b, h, 1)).reshape(-1)
