@@ -36,7 +36,15 @@ Choices the paper leaves open, written down:
   repeat the last). That costs one host read per iteration (how many rows to recompute), so it is
   done on CPU only, where the matmul is the cost; on a GPU every row is recomputed and all ``L``
   iterations run, with no host sync (the same labels: the extra iterations are fixed points). Votes
-  and member counts are one ``index_add`` of ``[code, 1]`` rows.
+  and member counts are one ``index_add`` of ``[code, 1]`` rows. On CPU a second host read per
+  iteration skips the restart work (a top-k over every query, gathers) when no cluster is empty;
+  on a GPU it always runs, and then restarts nothing.
+* i_clustered's exact part (eq. 10's top-k softmax) is one autograd node that keeps only the
+  probabilities ``[chunks, chunk, k]``; its backward gathers the queries, keys and values of each
+  slice of chunks again, and both passes run over slices whose gathered keys are at most the size of
+  K, so no per-chunk copy of the keys (several times K) is ever whole. Chunk size ``min(16, N // C)``;
+  the slot count is the largest row's real one on CPU (one host read), the static bound
+  ``N + (C+1)(chunk-1)`` on a GPU (no sync).
 * i_clustered's clustered part (eqs. 4, 9, the non-top-k part of 10) is one autograd node that keeps
   a single ``[B,H,C,N]`` matrix (A^c with its top-k columns zeroed in place); its backward rebuilds
   the softmax gradient from that matrix and the top-k values (``sum_l A_l dA_l = dR . (R V) + m dm``).
@@ -70,7 +78,7 @@ from attention.masking import key_bias
 def hash_queries(q: Tensor, planes: Tensor) -> Tensor:
     """Sign-of-random-projection codes as +-1 floats: q ``[B,H,N,D]``, planes ``[H,D,bits]``."""
     proj = torch.einsum("bhnd,hdk->bhnk", q.float(), planes)
-    return torch.where(proj >= 0, 1.0, -1.0)
+    return (proj >= 0).to(proj.dtype).mul_(2.0).sub_(1.0)                  # a compare, not a scalar where
 
 
 def _similarity_key(codes: Tensor, n_clusters: int) -> tuple[Tensor, int, torch.dtype]:
@@ -141,17 +149,20 @@ def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int, in
                                                                    keyed.view(rows * n, nb + 1))
         votes = votes.view(rows, c + 1, nb + 1)[:, :c]
         members = votes[..., nb]
-        # The r-th empty cluster restarts at the r-th worst-represented real query (if it is not
-        # already exactly represented): duplicate seeds do not waste clusters.
-        distortion = (nb - best).masked_fill(padded, -1)                    # = 2 * hamming
-        far_key, far = ((distortion << pos_bits) + tie).topk(min(c, n), dim=-1)    # [BH,C], sorted
-        empty = members == 0
-        rank = (empty.cumsum(-1) - 1).clamp(min=0)
-        reseed = empty & (far_key.gather(-1, rank) >> pos_bits > 0)
-        restart = keyed.gather(1, far.gather(-1, rank)[..., None].expand(rows, c, nb + 1))[..., :nb] * m
         bits = cent[..., :nb]
-        majority = torch.where(votes[..., :nb] > 0, float(m), float(-m)).to(dtype)
-        moved_bits = torch.where(members[..., None] > 0, majority, torch.where(reseed[..., None], restart, bits))
+        majority = (votes[..., :nb] > 0).to(dtype).mul_(2 * m).sub_(m)      # +-M (a tie gives -M)
+        empty = members == 0
+        if incremental and not bool(empty.any()):   # CPU (host reads are free there): no restart to do
+            moved_bits = majority
+        else:
+            # The r-th empty cluster restarts at the r-th worst-represented real query (if it is not
+            # already exactly represented): duplicate seeds do not waste clusters.
+            distortion = (nb - best).masked_fill(padded, -1)                # = 2 * hamming
+            far_key, far = ((distortion << pos_bits) + tie).topk(min(c, n), dim=-1)    # [BH,C], sorted
+            rank = (empty.cumsum(-1) - 1).clamp(min=0)
+            reseed = empty & (far_key.gather(-1, rank) >> pos_bits > 0)
+            restart = keyed.gather(1, far.gather(-1, rank)[..., None].expand(rows, c, nb + 1))[..., :nb] * m
+            moved_bits = torch.where(empty[..., None], torch.where(reseed[..., None], restart, bits), majority)
         moved = (moved_bits != bits).any(-1)                                # [BH,C]
         cent[..., :nb] = moved_bits
         if not incremental:                 # no host sync: every row again (a fixed point repeats itself)
@@ -166,11 +177,12 @@ def _hamming_kmeans(codes: Tensor, mask: Tensor, n_clusters: int, iters: int, in
     return nearest()[0].view(b, h, n)
 
 
-def cluster_major_slots(labels: Tensor, n_clusters: int, chunk: int) -> tuple[Tensor, Tensor, int]:
+def cluster_major_slots(labels: Tensor, n_clusters: int, chunk: int, tight: bool = False) -> tuple[Tensor, Tensor, int]:
     """Lay queries out cluster by cluster, each cluster padded to a multiple of ``chunk`` slots.
 
     Returns the slot of every query ``[B,H,N]``, the cluster of every chunk ``[B,H,M/chunk]``
-    (0 for chunks with no query) and the static slot count ``M >= N + (C+1)(chunk-1)``.
+    (0 for chunks with no query) and the slot count ``M``: the static bound ``N + (C+1)(chunk-1)``
+    rounded up to a chunk, or with ``tight`` the largest row's real count (one host read).
     """
     b, h, n = labels.shape
     counts = torch.zeros(b, h, n_clusters + 1, dtype=torch.long, device=labels.device)
@@ -183,7 +195,7 @@ def cluster_major_slots(labels: Tensor, n_clusters: int, chunk: int) -> tuple[Te
     rank = torch.arange(n, device=labels.device) - first.gather(2, sorted_labels)  # rank in its cluster
     sorted_slots = start.gather(2, sorted_labels) + rank
     slots = torch.empty_like(labels).scatter_(2, order, sorted_slots)
-    n_slots = -(-(n + (n_clusters + 1) * (chunk - 1)) // chunk) * chunk
+    n_slots = int(padded.sum(-1).max()) if tight else -(-(n + (n_clusters + 1) * (chunk - 1)) // chunk) * chunk
     chunk_cluster = torch.zeros(b, h, n_slots // chunk, dtype=torch.long, device=labels.device)
     return slots, chunk_cluster.scatter_(2, slots // chunk, labels), n_slots
 
@@ -202,30 +214,105 @@ def improved_output(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, labels: Tenso
     top-k keys T of its cluster (padded keys masked), ``rest [B,H,C,D]``, ``mass [B,H,C]``.
 
     The member queries of a cluster share its key set, so queries are laid out cluster-major in
-    chunks and each chunk does one small matmul against its cluster's k keys: the gathered keys are
-    O(N k D / chunk) instead of one copy per query. Key mask, scale, m_j and rest_j enter the two
-    batched matmuls (``baddbmm``) chunk by chunk, so the only per-query tensors are the queries laid
-    out and the result read back. Padded queries (label C) read cluster C-1.
+    chunks and each chunk does one small matmul against its cluster's k keys (:class:`_ExactTopK`).
+    Padded queries (label C) read cluster C-1 with ``m = 0`` and ``rest = 0``: their output is 0.
     """
     b, h, n, d = q.shape
     c, kk = top_idx.shape[2], top_idx.shape[3]
     chunk = max(1, min(16, n // c))                                         # about the mean cluster size
-    slots, chunk_cluster, n_slots = cluster_major_slots(labels, c, chunk)
-    cc = chunk_cluster.clamp(max=c - 1)                                     # [B,H,G], G = M / chunk
-    g = cc.shape[2]
-    keys = top_idx.gather(2, cc[..., None].expand(-1, -1, -1, kk)).view(b, h, g * kk)    # [B,H,G*k]
-    bias = key_bias(mask, q.dtype)[:, 0].expand(b, h, n).gather(2, keys).view(b * h * g, 1, kk)
-    slot_rows = (slots + (torch.arange(b * h, device=q.device) * n_slots).view(b, h, 1)).reshape(-1)
-    qp = q.new_zeros(b * h * n_slots, d).index_copy(0, slot_rows, q.reshape(b * h * n, d))
-    k_top = _rows(k, keys).view(b * h * g, kk, d)
-    logits = torch.baddbmm(bias, qp.view(b * h * g, chunk, d), k_top.transpose(1, 2), alpha=scale)
-    # Chunks of padded queries (cluster C) read m = 0 and rest = 0: their outputs are exactly 0.
-    mass = F.pad(mass, (0, 1)).gather(2, chunk_cluster).view(b * h * g, 1, 1)
-    probs = torch.softmax(logits, dim=-1) * mass
-    v_top = _rows(v, keys).view(b * h * g, kk, d)
-    rest = _rows(F.pad(rest, (0, 0, 0, 1)), chunk_cluster).view(b * h * g, 1, d)
-    out = torch.baddbmm(rest, probs, v_top)                                # [B*H*G, chunk, D]
-    return out.view(b * h * n_slots, d).index_select(0, slot_rows).view(b, h, n, d)
+    # On CPU the real slot count (one host read) instead of the static bound: about a quarter fewer chunks.
+    slots, chunk_cluster, n_slots = cluster_major_slots(labels, c, chunk, tight=q.device.type == "cpu")
+    bh = b * h
+    base = torch.arange(bh, device=q.device).view(b, h, 1)
+    keys = top_idx.gather(2, chunk_cluster.clamp(max=c - 1)[..., None].expand(-1, -1, -1, kk)).view(b, h, -1)
+    bias = key_bias(mask, q.dtype)[:, 0].expand(b, h, n).gather(2, keys).view(-1, kk)     # [B*H*G, k]
+    key_rows = (keys + base * n).reshape(-1)                                # [B*H*G*k] rows of K, V
+    out_group = (chunk_cluster + base * (c + 1)).reshape(-1)                # [B*H*G] rows of rest, m
+    slot_rows = (slots + base * n_slots).reshape(-1)
+    rest = F.pad(rest, (0, 0, 0, 1)).reshape(bh * (c + 1), d)
+    mass = F.pad(mass, (0, 1)).reshape(bh * (c + 1))
+    out = _ExactTopK.apply(q.reshape(bh * n, d), k.reshape(bh * n, d), v.reshape(bh * n, d), rest, mass, bias,
+                           key_rows, out_group, slot_rows, chunk, scale)
+    return out.view(b, h, n, d)
+
+
+class _ExactTopK(torch.autograd.Function):
+    """Eq. 10's exact part: ``out_i = rest_j + m_j softmax(q_i K_j^T * scale + bias_j) V_j`` with the
+    queries ``q [R, D]`` laid out in chunks (``slot_rows [R]``) that share their cluster's top-k key
+    rows (``key_rows [G k]`` into ``k, v [R', D]``); ``rest [C'', D]``, ``m [C'']`` read through
+    ``out_group [G]``.
+
+    Autograd would keep the per-chunk copies of the keys and values (``G k D`` each, several times K)
+    and the laid-out queries. Here only the probabilities ``[G, chunk, k]`` are kept; both passes run
+    over slices of about ``R' / k`` chunks, gathering the slice's queries, keys and values again, so
+    no transient exceeds the size of K. Empty slots read some query (the last one): their output is
+    never read and their output gradient is zeroed, so they contribute exactly 0 to every gradient.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, rest: Tensor, mass: Tensor, bias: Tensor,
+                key_rows: Tensor, out_group: Tensor, slot_rows: Tensor, chunk: int, scale: float) -> Tensor:
+        g, kk = bias.shape
+        r, d = q.shape
+        source = _slot_sources(slot_rows, g * chunk)                        # [G * chunk], r for empty slots
+        out, probs = q.new_zeros(r + 1, d), None
+        for a, z in _slices(g, k.shape[0] // kk):
+            rows, src = key_rows[a * kk:z * kk], source[a * chunk:z * chunk]
+            qp = q.index_select(0, src.clamp(max=r - 1)).view(z - a, chunk, d)
+            logits = torch.baddbmm(bias[a:z, None, :], qp, k.index_select(0, rows).view(z - a, kk, d).transpose(1, 2),
+                                   alpha=scale)
+            p = torch.softmax(logits, dim=-1)                               # [slice, chunk, k]
+            probs = p.new_empty(g, chunk, kk) if probs is None else probs
+            probs[a:z] = p
+            m = mass.index_select(0, out_group[a:z])[:, None, None].to(p.dtype)
+            part = torch.baddbmm(rest.index_select(0, out_group[a:z])[:, None, :], p * m,
+                                 v.index_select(0, rows).view(z - a, kk, d))
+            out.index_copy_(0, src, part.view(-1, d).to(out.dtype))        # empty slots land on row r
+        ctx.save_for_backward(q, k, v, mass, probs, key_rows, out_group, source)
+        dev = q.device.type
+        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
+        ctx.scale, ctx.rest_dtype = scale, rest.dtype
+        return out[:r]
+
+    @staticmethod
+    def backward(ctx, d_out: Tensor):
+        q, k, v, mass, probs, key_rows, out_group, source = ctx.saved_tensors
+        g, chunk, kk = probs.shape
+        r, d = q.shape
+        dev, enabled, dtype = ctx.amp
+        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+            d_k, d_v, d_q = torch.zeros_like(k), torch.zeros_like(v), q.new_zeros(r + 1, d)
+            d_rest = d_out.new_zeros(mass.shape[0], d)
+            d_m = mass.new_zeros(g)
+            for a, z in _slices(g, k.shape[0] // kk):
+                rows, src, p = key_rows[a * kk:z * kk], source[a * chunk:z * chunk], probs[a:z]
+                m = mass.index_select(0, out_group[a:z])[:, None, None].to(p.dtype)
+                d_part = (d_out.index_select(0, src.clamp(max=r - 1)) * (src < r)[:, None]).view(z - a, chunk, d)
+                d_rest.index_add_(0, out_group[a:z], d_part.sum(1))
+                d_pv = torch.bmm(d_part, v.index_select(0, rows).view(z - a, kk, d).transpose(1, 2)).to(p.dtype)
+                d_m[a:z] = (p * d_pv).sum((1, 2))                          # dL/dm per chunk
+                d_v.index_add_(0, rows, torch.bmm((p * m).transpose(1, 2), d_part).view(-1, d).to(v.dtype))
+                d_p = d_pv.mul_(m)
+                d_logits = d_p.sub_((p * d_p).sum(-1, keepdim=True)).mul_(p * ctx.scale)   # softmax backward
+                qp = q.index_select(0, src.clamp(max=r - 1)).view(z - a, chunk, d).to(d_logits.dtype)
+                d_q.index_add_(0, src, torch.bmm(d_logits, k.index_select(0, rows).view(z - a, kk, d).to(d_logits.dtype))
+                               .view(-1, d).to(q.dtype))
+                d_k.index_add_(0, rows, torch.bmm(d_logits.transpose(1, 2), qp).view(-1, d).to(k.dtype))
+            d_mass = mass.new_zeros(mass.shape).index_add_(0, out_group, d_m)
+        return d_q[:r], d_k, d_v, d_rest.to(ctx.rest_dtype), d_mass, None, None, None, None, None, None
+
+
+def _slot_sources(slot_rows: Tensor, n_slots: int) -> Tensor:
+    """The query row of every slot ``[n_slots]`` (the inverse of ``slot_rows``); empty slots read R."""
+    r = slot_rows.shape[0]
+    return torch.full((n_slots,), r, dtype=slot_rows.dtype, device=slot_rows.device).index_copy_(
+        0, slot_rows, torch.arange(r, device=slot_rows.device))
+
+
+def _slices(total: int, size: int) -> list[tuple[int, int]]:
+    """``[a, z)`` ranges of at most ``max(size, 1)`` covering ``range(total)``."""
+    size = max(size, 1)
+    return [(a, min(a + size, total)) for a in range(0, total, size)]
 
 
 class _ClusteredBelowTopK(torch.autograd.Function):
@@ -240,8 +327,12 @@ class _ClusteredBelowTopK(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, centroids: Tensor, k: Tensor, v: Tensor, bias: Tensor, topk: int, scale: float):
-        logits = torch.matmul(centroids, k.transpose(-1, -2)).mul_(scale).add_(bias)
+        b, h, c, d = centroids.shape
+        n = k.shape[2]
+        logits = torch.baddbmm(bias.expand(b, h, 1, n).reshape(b * h, 1, n), centroids.reshape(b * h, c, d),
+                               k.reshape(b * h, n, d).transpose(1, 2), alpha=scale).view(b, h, c, n)   # one pass
         ac = torch.softmax(logits, dim=-1)                                  # eq. 4, [B,H,C,N]
+        del logits                                                          # one [B,H,C,N] matrix at a time
         top_mass, top_idx = ac.topk(topk, dim=-1)                           # [B,H,C,k]
         rest = ac.scatter_(-1, top_idx, 0.0)                                # A^c off the top-k columns
         out = rest @ v                                                      # eq. 10's first part
@@ -309,6 +400,10 @@ class ClusteredAttention(Mixer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         b, h, n, d = q.shape
         c = min(self.clusters, n)
+        # The shell's heads are strided views; one copy here instead of one per flattening below.
+        q = q.contiguous()
+        if self.improved:
+            k, v = k.contiguous(), v.contiguous()
         labels = self.cluster(q, mask)
         # eq. 3: centroid = mean of the member queries (slot c collects padded queries, dropped).
         flat = (labels + (torch.arange(b * h, device=q.device) * (c + 1)).view(b, h, 1)).reshape(-1)

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from attention.clustered import hamming_kmeans
+from attention.clustered import hamming_kmeans, improved_output
 from tests.attention_harness import DH, N, lengths_mask, make_mixer, qkvx, softmax_reference
 
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -95,6 +95,27 @@ def test_matches_dense_reference_per_batch_and_head(name, topk):
     assert (labels[~mask[:, None, :].expand_as(labels)] == 4).all(), "padded queries must not join clusters"
     assert not torch.equal(labels[:, 0], labels[:, 1]), "heads should cluster differently"
     torch.testing.assert_close(mixer(q, k, v, mask, x), dense_reference(q, k, v, mask, labels, topk), **TOL)
+
+
+def test_improved_output_hand_written_backward_matches_autograd_gradcheck():
+    """The exact top-k node's backward (eqs. 10-11) against finite differences in float64: padded
+    queries and keys, clusters of uneven size (one empty), several slices of chunks, top-k sets that
+    hold padded keys; padded queries get exactly zero output."""
+    g = torch.Generator().manual_seed(0)
+    b, h, n, d, c, kk = 2, 2, 11, 4, 3, 4
+    mask = torch.arange(n) < torch.tensor([n, 7])[:, None]
+    labels = torch.randint(0, c - 1, (b, h, n), generator=g).masked_fill(~mask[:, None, :], c)  # cluster 2 empty
+    top_idx = torch.rand(b, h, c, n, generator=g).argsort(-1)[..., :kk]
+    q, k, v = (torch.randn(b, h, n, d, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    rest = torch.randn(b, h, c, d, generator=g, dtype=torch.float64, requires_grad=True)
+    mass = torch.rand(b, h, c, generator=g, dtype=torch.float64, requires_grad=True)
+
+    def run(*args):
+        return improved_output(args[0], args[1], args[2], mask, labels, top_idx, args[3], args[4], 0.5)
+
+    out = run(q, k, v, rest, mass)
+    assert (out[1, :, 7:] == 0).all(), "padded queries must get zero output"
+    assert torch.autograd.gradcheck(run, (q, k, v, rest, mass))
 
 
 def test_hamming_kmeans_recovers_separated_groups():
