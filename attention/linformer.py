@@ -25,7 +25,8 @@ Choices the paper leaves open, written down:
   samples give zeros (all projected values are zero; padded query rows are zeroed). Whether the
   batch has padding at all is read once per call (a host sync, as in softmax): an unpadded batch
   skips the three full-size mask passes.
-* The 1/sqrt(d) scale is applied to E (``[n, k]``, the smallest tensor on the logits' path).
+* The 1/sqrt(d) scale is applied to the projected keys (``[d, k]`` per head, the smallest tensor
+  on the logits' path).
 """
 from __future__ import annotations
 
@@ -58,7 +59,11 @@ class LinformerAttention(Mixer):
         if padded:
             keep = mask[:, None, :, None].to(q.dtype)
             k, v = k * keep, v * keep
-        k_proj_t = k.transpose(-1, -2) @ (e * self.head_dim ** -0.5)      # (E^T K)^T / sqrt(d): [B, H, d, k]
-        v_proj = (v.transpose(-1, -2) @ f).transpose(-1, -2)               # F^T V: [B, H, k, d]
+        # Projected along the sequence in the shell's [B, N, H*d] memory (a view of the projection
+        # outputs: the GEMMs read and keep no copy), then split into heads.
+        b, h, _, d = k.shape
+        k_proj_t = (e.t() @ k.transpose(1, 2).reshape(b, n, h * d)).mul_(d ** -0.5)   # E^T K / sqrt(d)
+        k_proj_t = k_proj_t.view(b, self.k, h, d).permute(0, 2, 3, 1)            # [B, H, d, k]
+        v_proj = (f.t() @ v.transpose(1, 2).reshape(b, n, h * d)).view(b, self.k, h, d).transpose(1, 2)  # F^T V
         out = (q @ k_proj_t).softmax(dim=-1) @ v_proj
         return zero_padded(out, mask) if padded else out

@@ -84,8 +84,7 @@ MUTANTS = [
            "padded = not bool(mask.all())", "padded = False",
            "padded keys and values enter E^T K and F^T V", ref("linformer", PADDING)),
     Mutant("baselines-linformer-value-projection-detached", "attention/linformer.py",
-           "v_proj = (v.transpose(-1, -2) @ f).transpose(-1, -2)",
-           "v_proj = (v.transpose(-1, -2) @ f.detach()).transpose(-1, -2)",
+           "v_proj = (f.t() @ v.transpose(1, 2)", "v_proj = (f.detach().t() @ v.transpose(1, 2)",
            "detached term: F receives no gradient", ref("linformer")),
     # ------------------------------------------------------------------ nystromformer
     Mutant("baselines-nystrom-pinv-global-max", "attention/nystromformer.py",
