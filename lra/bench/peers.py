@@ -27,9 +27,9 @@ by side under one protocol, and their peak memory is measured, each in a fresh p
   built (after the imports and a throw-away backward). Ratio = our peak / peer peak; largest of the
   rounds. Timing processes get the suite's bench allocator setting (``--cpu-malloc``, default
   ``tuned`` as ``bench.cpu_malloc``); memory processes map every block of 64 KiB or more on its own
-  (``EXACT_MALLOC``), so the peak is that of live tensors and repeats to ~0.1 MB. Every process gets
-  ``OMP_NUM_THREADS`` = threads (fast-transformers' C++
-  kernels use OpenMP).
+  (``EXACT_MALLOC``, without the timing setting, which disables mapping: :func:`memory_env`), so the
+  peak is that of live tensors and repeats to ~0.2 MB. Every process gets ``OMP_NUM_THREADS`` =
+  threads (fast-transformers' C++ kernels use OpenMP).
 * Agreement: where both sides are deterministic, the projections (and the mechanism's learned or
   drawn tensors: Linformer's E/F, Performer's features, Nystromformer's conv kernel) are copied
   from ours into the peer (ours built without the projection biases the peer lacks, see below), both run in eval mode in
