@@ -42,6 +42,19 @@ def _require(settings: dict[str, float], ok: Callable[[float], bool], what: str,
                          "set it in conf/attention/<name>.yaml or on the command line")
 
 
+def autocast_state(t: Tensor) -> tuple[str, bool, torch.dtype]:
+    """The autocast state of ``t``'s device, for a custom autograd Function to keep in ``ctx``: its
+    backward runs outside the forward's autocast region and re-enters it with :func:`autocast_as`."""
+    dev = t.device.type
+    return dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)
+
+
+def autocast_as(state: tuple[str, bool, torch.dtype]) -> torch.autocast:
+    """``torch.autocast`` as recorded by :func:`autocast_state`."""
+    dev, enabled, dtype = state
+    return torch.autocast(dev, dtype=dtype, enabled=enabled)
+
+
 class Mixer(nn.Module):
     """Base class of the per-head token mixing of an attention variant.
 

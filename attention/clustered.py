@@ -71,7 +71,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import Mixer, require_non_negative, require_positive
+from attention.base import Mixer, autocast_as, autocast_state, require_non_negative, require_positive
 from attention.masking import key_bias
 
 
@@ -270,8 +270,7 @@ class _ExactTopK(torch.autograd.Function):
                                  v.index_select(0, rows).view(z - a, kk, d))
             out.index_copy_(0, src, part.view(-1, d).to(out.dtype))        # empty slots land on row r
         ctx.save_for_backward(q, k, v, mass, probs, key_rows, out_group, source)
-        dev = q.device.type
-        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
+        ctx.amp = autocast_state(q)                                 # backward as forward
         ctx.scale, ctx.rest_dtype = scale, rest.dtype
         return out[:r]
 
@@ -280,8 +279,7 @@ class _ExactTopK(torch.autograd.Function):
         q, k, v, mass, probs, key_rows, out_group, source = ctx.saved_tensors
         g, chunk, kk = probs.shape
         r, d = q.shape
-        dev, enabled, dtype = ctx.amp
-        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+        with autocast_as(ctx.amp):
             d_k, d_v, d_q = torch.zeros_like(k), torch.zeros_like(v), q.new_zeros(r + 1, d)
             d_rest = d_out.new_zeros(mass.shape[0], d)
             d_m = mass.new_zeros(g)
@@ -338,8 +336,7 @@ class _ClusteredBelowTopK(torch.autograd.Function):
         rest = ac.scatter_(-1, top_idx, 0.0)                                # A^c off the top-k columns
         out = rest @ v                                                      # eq. 10's first part
         ctx.save_for_backward(centroids, k, v, rest, out, top_mass, top_idx)
-        dev = centroids.device.type
-        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
+        ctx.amp = autocast_state(centroids)                                 # backward as forward
         ctx.scale = scale
         ctx.mark_non_differentiable(top_idx)
         return out, top_mass.sum(-1), top_idx                               # and eq. 9
@@ -347,8 +344,7 @@ class _ClusteredBelowTopK(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_rest: Tensor, d_mass: Tensor, _):
         centroids, k, v, rest, out, top_mass, top_idx = ctx.saved_tensors
-        dev, enabled, dtype = ctx.amp
-        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+        with autocast_as(ctx.amp):
             dv = rest.transpose(-1, -2) @ d_rest
             da = d_rest @ v.transpose(-1, -2)                               # dL/dA^c off the top-k columns
             d_mass = d_mass[..., None].to(top_mass.dtype)

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from attention.base import Mixer, require_positive
+from attention.base import Mixer, autocast_as, autocast_state, require_positive
 
 
 def elu_feature_map(x: Tensor, keep: Tensor | None = None, out: Tensor | None = None) -> Tensor:
@@ -50,8 +50,7 @@ class _LinearAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, keep: Tensor, eps: float) -> Tensor:
-        dev = q.device.type
-        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
+        ctx.amp = autocast_state(q)                                 # backward as forward
         phi_q = elu_feature_map(q, out=q.new_empty(q.shape))
         phi_k = elu_feature_map(k, keep, out=k.new_empty(k.shape))          # padded keys: no mass anywhere
         e = v.shape[-1]
@@ -66,9 +65,8 @@ class _LinearAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         phi_q, phi_k, v, kvz, out, den, row = ctx.saved_tensors
-        dev, enabled, dtype = ctx.amp
         e = grad.shape[-1]
-        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+        with autocast_as(ctx.amp):
             g = grad.new_empty(*grad.shape[:-1], e + 1)
             torch.mul(grad, row.unsqueeze(-1), out=g[..., :e])           # d/d numerator
             torch.div((grad * out).sum(-1), den, out=g[..., e]).neg_()    # d/d normaliser = -<grad, out> / den

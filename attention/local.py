@@ -57,7 +57,7 @@ class LocalAttention(Mixer):
         keys_real = F.pad(mask_blocks(mask, bs), (0, 0, w, w), value=False).unfold(1, nb, 1)  # [B, 2w+1, bs, nb]
         allowed = keys_real.permute(0, 3, 1, 2)                                        # [B, nb, 2w+1, bs]
         bias = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(~allowed, neg_fill(q.dtype))
-        bias = bias.view(b, 1, nb, -1).expand(b, h, nb, bias[0, 0].numel()).reshape(b * h * nb, 1, -1)
+        bias = bias.view(b, 1, nb, -1).expand(b, h, nb, (2 * w + 1) * bs).reshape(b * h * nb, 1, -1)
         out, _ = WindowAttention.apply(block_buffer(q, bs), block_buffer(k, bs, w), block_buffer(v, bs, w), bias,
                                        2 * w + 1, 1.0 / math.sqrt(d))
         out = out.view(b, h, nb * bs, d)[:, :, :n]

@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attention.base import autocast_as, autocast_state
+
 
 def windows(buf: Tensor, width: int) -> Tensor:
     """``[T + W - 1, m, D]`` -> ``[T, W m, D]``: block t reads buffer blocks ``t .. t + W - 1``."""
@@ -68,8 +70,7 @@ class WindowAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q: Tensor, kbuf: Tensor, vbuf: Tensor, bias: Tensor, width: int,
                 scale: float = 1.0) -> tuple[Tensor, Tensor]:
-        dev = q.device.type
-        ctx.amp = (dev, torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))  # backward as forward
+        ctx.amp = autocast_state(q)                                 # backward as forward
         ctx.width, ctx.scale = width, scale
         keys = windows(kbuf, width).transpose(1, 2)
         in_place = not ctx.amp[1] and bias.shape == (q.shape[0], q.shape[1], keys.shape[-1])
@@ -87,9 +88,8 @@ class WindowAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, d_out: Tensor, d_lse: Tensor):
         q, kbuf, vbuf, w, out = ctx.saved_tensors
-        dev, enabled, dtype = ctx.amp
         width, scale = ctx.width, ctx.scale
-        with torch.autocast(dev, dtype=dtype, enabled=enabled):
+        with autocast_as(ctx.amp):
             dw = torch.bmm(d_out, windows(vbuf, width).transpose(1, 2))
             dvbuf = fold(w, d_out, width)
             ds = dw.sub_((d_out * out).sum(-1, keepdim=True) - d_lse[..., None]).mul_(w)   # d/d(logits)
