@@ -9,7 +9,8 @@ projections and head splitting; a mixer only mixes tokens per head::
 
 * padded keys never receive weight; outputs at real positions do not depend on padded tokens;
 * a fully padded row gives finite output (zeros), never NaN;
-* randomness comes from :meth:`Mixer.generator`, seeded from the run seed at construction, and
+* randomness comes from :meth:`Mixer.rand` / :meth:`Mixer.randn` (or :meth:`Mixer.generator` for
+  draws that never run in a training forward), seeded from the run seed at construction, and
   evaluation is deterministic;
 * a mixer that contributes a loss term stores it in ``self.aux_loss`` during training forward
   passes (the LightningModule adds every mixer's ``aux_loss`` to the task loss);
@@ -22,6 +23,9 @@ from typing import Callable
 
 import torch
 from torch import Tensor, nn
+
+from attention import counter_random
+from attention.host_reads import GraphSafeError, graph_safe_active
 
 
 def require_positive(*, hint: str = "", **settings: float) -> None:
@@ -89,13 +93,44 @@ class Mixer(nn.Module):
         # Kept as a Python int (no device sync in forward) and checkpointed through extra state.
         self.seed = int(torch.randint(0, 2**62, (1,)).item())
         self._generators: dict[str, torch.Generator] = {}
+        # graph-safe draws: counter-based (attention.counter_random), one count per training draw
+        self.register_buffer("draws", torch.zeros((), dtype=torch.int64), persistent=False)
+
+    def rand(self, shape: tuple[int, ...] | torch.Size, device: torch.device | str,
+             dtype: torch.dtype = torch.float32) -> Tensor:
+        """Uniform draws in [0, 1) from this mixer's stream: the generator's in eager mode, the
+        counter-based ones in graph-safe mode (same distribution, other values)."""
+        if graph_safe_active():
+            return counter_random.uniform(tuple(shape), *self._counter(device), dtype=dtype)
+        return torch.rand(shape, generator=self.generator(device), device=device, dtype=dtype)
+
+    def randn(self, shape: tuple[int, ...] | torch.Size, device: torch.device | str,
+              dtype: torch.dtype = torch.float32) -> Tensor:
+        """Standard normal draws from this mixer's stream (see :meth:`rand`)."""
+        if graph_safe_active():
+            return counter_random.normal(tuple(shape), *self._counter(device), dtype=dtype)
+        return torch.randn(shape, generator=self.generator(device), device=device, dtype=dtype)
+
+    def _counter(self, device: torch.device | str) -> tuple[int, Tensor]:
+        """Key and counter of the next graph-safe draw. Training advances the counter in place (a
+        fresh draw every call, resumed from the checkpointed count); evaluation always draws count
+        0 of another key, so it is deterministic like the generator's re-seeded evaluation stream."""
+        if not self.training:
+            return counter_random.key32(self.seed ^ 0x5EED), torch.zeros((), dtype=torch.int64, device=device)
+        count = self.draws.to(device).clone()
+        self.draws.add_(1)
+        return counter_random.key32(self.seed), count
 
     def generator(self, device: torch.device | str) -> torch.Generator:
         """Random stream of this mixer on ``device``.
 
         In training it advances across calls (fresh draws every step, reproducible from the seed);
-        in eval mode it is re-seeded on every call, so evaluation is deterministic.
+        in eval mode it is re-seeded on every call, so evaluation is deterministic. Graph-safe
+        code draws with :meth:`rand` / :meth:`randn` instead (a generator breaks the graph).
         """
+        if graph_safe_active():
+            raise GraphSafeError(f"{type(self).__name__}: a torch.Generator in graph-safe mode; "
+                                 "draw with Mixer.rand / Mixer.randn")
         device = torch.device(device)
         if not self.training:
             g = torch.Generator(device=device)
@@ -110,11 +145,13 @@ class Mixer(nn.Module):
 
     def get_extra_state(self) -> dict:
         """Checkpoint the seed and the training streams, so a resumed run draws what it would have."""
-        return {"seed": self.seed, "streams": {k: g.get_state() for k, g in self._generators.items()}}
+        return {"seed": self.seed, "streams": {k: g.get_state() for k, g in self._generators.items()},
+                "draws": int(self.draws)}
 
     def set_extra_state(self, state: dict) -> None:
         self.seed = int(state["seed"])
         self._generators = {}
+        self.draws.fill_(int(state.get("draws", 0)))
         for key, gstate in state.get("streams", {}).items():
             g = torch.Generator(device=torch.device(key))
             g.set_state(gstate)

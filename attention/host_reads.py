@@ -17,6 +17,13 @@ data-dependent shape) waits for the device queue to drain: a *host sync*. Two ru
   the accelerator's branches on CPU with :func:`accelerator_branches`, which makes it answer False,
   so the code an accelerator runs is the code the tests run, on the same values.
 
+* **Graph-safe mode reads nothing.** Inside :func:`graph_safe` (``model.graph_safe=true``) and
+  whenever ``torch.compile`` traces the code, :func:`host_reads_free` is False, :func:`has_padding`
+  answers from the host's statement or "padded", and :func:`per_batch` refuses: a variant then runs
+  branches whose shapes depend only on ``max_len`` and its config, and draws its randomness with
+  counter-based tensors (:mod:`attention.counter_random`), so ``torch._dynamo`` sees one graph with
+  no host read (``tests/attention/test_graph_safe.py`` counts the breaks and forbids every sync).
+
 ``tests/host_syncs.py`` counts the host syncs of a training step per variant on the accelerator's
 branches; ``tests/attention/test_host_syncs.py`` pins the counts.
 """
@@ -26,6 +33,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Hashable, Iterator, TypeVar
 
+import torch
 from torch import Tensor
 
 T = TypeVar("T")
@@ -42,16 +50,37 @@ class _Batch:
 class _State(threading.local):
     def __init__(self) -> None:
         self.accelerator_on_cpu = False
+        self.graph_safe = False
         self.batches: list[_Batch] = []
 
 
 _STATE = _State()
 
 
+class GraphSafeError(RuntimeError):
+    """A host read was asked for in graph-safe mode: the variant's graph-safe branch is missing."""
+
+
+def graph_safe_active() -> bool:
+    """Whether code runs graph-safe: inside :func:`graph_safe`, or while ``torch.compile`` traces it."""
+    return torch.compiler.is_compiling() or _STATE.graph_safe
+
+
+@contextmanager
+def graph_safe(on: bool = True) -> Iterator[None]:
+    """Within the block (``on``), attention code takes no host read and draws counter-based randoms."""
+    before = _STATE.graph_safe
+    _STATE.graph_safe = on or before
+    try:
+        yield
+    finally:
+        _STATE.graph_safe = before
+
+
 def host_reads_free(t: Tensor) -> bool:
     """True where reading ``t``'s values on the host costs no device sync (CPU tensors), unless
-    :func:`accelerator_branches` is active."""
-    return t.device.type == "cpu" and not _STATE.accelerator_on_cpu
+    :func:`accelerator_branches` or graph-safe mode is active."""
+    return t.device.type == "cpu" and not _STATE.accelerator_on_cpu and not graph_safe_active()
 
 
 @contextmanager
@@ -79,17 +108,30 @@ def batch_padding(mask: Tensor, padded: bool | None = None) -> Iterator[None]:
 
 def per_batch(mask: Tensor, key: Hashable, read: Callable[[], T]) -> T:
     """``read()`` (a host read of the batch ``mask``) once per :func:`batch_padding` block of this
-    mask object, shared by every layer; outside any such block, on every call."""
+    mask object, shared by every layer; outside any such block, on every call. Graph-safe mode
+    answers only facts the host stated (:func:`batch_padding`) and raises :class:`GraphSafeError`
+    for any other."""
+    safe = graph_safe_active()
     for batch in reversed(_STATE.batches):
         if batch.mask is mask:
             if key not in batch.facts:
+                if safe:
+                    raise GraphSafeError(f"host read of the batch mask ({key!r}) in graph-safe mode")
                 batch.facts[key] = read()
             return batch.facts[key]
+    if safe:
+        raise GraphSafeError(f"host read of the batch mask ({key!r}) in graph-safe mode")
     return read()
 
 
 def has_padding(mask: Tensor) -> bool:
     """Whether the bool ``mask`` (True = real token) has a padded position: as stated for this
     mask object by the innermost :func:`batch_padding` block, else read from the device (one
-    host sync, once per block)."""
+    host sync, once per block). Graph-safe mode never reads: unstated padding answers True (the
+    masked path is right for any mask)."""
+    if graph_safe_active():
+        for batch in reversed(_STATE.batches):
+            if batch.mask is mask:
+                return batch.facts.get("padded", True)
+        return True
     return per_batch(mask, "padded", lambda: not bool(mask.all()))

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer
-from attention.host_reads import batch_padding
+from attention.host_reads import batch_padding, graph_safe
 from models.embedding import Embedding
 from models.encoder import Encoder
 from models.heads import ClassifierHead, DualHead
@@ -22,7 +22,11 @@ class LRAClassifier(nn.Module):
     ``padded`` (whether ``mask`` has a False entry) is decided once per batch for every layer and
     segment (:func:`attention.host_reads.batch_padding`): given by the caller when it knows it on
     the host (``LRAModule`` does, before the batch reaches the device), else read from the mask at
-    most once per forward, by the first layer that asks."""
+    most once per forward, by the first layer that asks.
+
+    ``graph_safe``: every forward runs graph-safe (:func:`attention.host_reads.graph_safe`: no host
+    read, counter-based random draws), as it does anyway while ``torch.compile`` traces it; eager
+    runs then draw what a compiled run draws."""
 
     def __init__(
         self,
@@ -38,6 +42,7 @@ class LRAClassifier(nn.Module):
         dropout: float = 0.1,
         pool: str = "mean",
         dual: bool = False,
+        graph_safe: bool = False,
     ) -> None:
         super().__init__()
         for name, value in {"d_model": d_model, "n_layers": n_layers, "d_ffn": d_ffn, "max_len": max_len,
@@ -54,6 +59,7 @@ class LRAClassifier(nn.Module):
         segment_recurrent = getattr(encoder.blocks[0].attn.mixer, "segment_recurrent", False)
         self.encoder = MemformerEncoder(encoder, summary_first=pool == "cls") if segment_recurrent else encoder
         self.dual = dual
+        self.graph_safe = graph_safe
         self.head = DualHead(d_model, d_head, num_classes) if dual else ClassifierHead(d_model, d_head, num_classes)
 
     def encode(self, ids: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
@@ -64,6 +70,10 @@ class LRAClassifier(nn.Module):
             return self.pool(self.encoder(x, mask), mask)
 
     def forward(self, ids: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
+        with graph_safe(self.graph_safe):
+            return self._forward(ids, mask, padded)
+
+    def _forward(self, ids: Tensor, mask: Tensor, padded: bool | None) -> Tensor:
         if self.dual:
             if ids.dim() != 3 or ids.shape[1] != 2:
                 raise ValueError(f"dual (retrieval) model expects ids [B, 2, N], got {tuple(ids.shape)}")

@@ -14,13 +14,13 @@ SEQ, BATCH = 64, 4
 PADDED_LENGTHS = [SEQ, 50, 37, 20]
 
 
-def tiny_network(name: str, n_layers: int = 2, **overrides) -> LRAClassifier:
+def tiny_network(name: str, n_layers: int = 2, graph_safe: bool = False, **overrides) -> LRAClassifier:
     """Variant ``name`` at the contract tests' small structure sizes (several blocks, segments and
-    clusters at 64 tokens), seeded."""
+    clusters at 64 tokens), seeded; ``graph_safe`` as ``model.graph_safe``."""
     torch.manual_seed(0)
     mixer = build_mixer(name, **{**SMALL_STRUCTURE.get(name, {}), **overrides})
     return LRAClassifier(mixer, vocab_size=16, num_classes=3, max_len=SEQ, d_model=16, n_layers=n_layers,
-                         n_heads=2, d_ffn=32, dropout=0.0)
+                         n_heads=2, d_ffn=32, dropout=0.0, graph_safe=graph_safe)
 
 
 def step_batch(padded: bool, seed: int = 1) -> tuple[Tensor, Tensor, Tensor]:

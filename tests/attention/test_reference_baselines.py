@@ -11,6 +11,8 @@ import torch
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx, softmax_reference
 from tests.reference import baselines as ref
 
+pytestmark = pytest.mark.usefixtures("attention_mode")  # every test eager and graph-safe
+
 F64 = torch.float64
 BASELINES = ("softmax", "linear", "performer", "performer_32", "linformer", "nystromformer", "nystromformer_64",
              "reformer", "bigbird", "local", "longformer", "sparse", "sparse_strided", "sinkhorn",

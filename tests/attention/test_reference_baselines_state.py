@@ -11,6 +11,8 @@ from attention.performer import orthogonal_gaussian
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer
 from tests.attention.test_reference_baselines import CASES, F64, IDS, inputs
 
+pytestmark = pytest.mark.usefixtures("attention_mode")  # every test eager and graph-safe
+
 
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 @pytest.mark.parametrize("name,kw,n,max_len,lengths", CASES, ids=IDS)

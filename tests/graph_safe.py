@@ -1,0 +1,101 @@
+"""What ``torch.compile`` and a GPU need of a training step, measured on CPU per variant.
+
+* :func:`graph_breaks`: ``torch._dynamo.explain`` of the tiny network's training forward (every
+  layer, the pooling and the head), padded or not: the breaks and their reasons.
+* :func:`step_under_forbidden_syncs`: a graph-safe training forward and backward that raises at the
+  first host sync (:func:`tests.host_syncs.forbid_host_syncs`).
+* :func:`compiled_step`: the loss and gradients of ``torch.compile(fullgraph=True)`` of the network
+  against the same graph-safe step in eager mode (both draw the same counter-based randoms).
+
+    python -m tests.graph_safe                  # breaks per config, padded and unpadded
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+import torch
+
+from attention.host_reads import accelerator_branches, graph_safe
+from tests.tiny_network import step_batch, tiny_network, training_loss
+
+
+def graph_breaks(name: str, padded: bool, **overrides) -> tuple[int, list[str]]:
+    """Graph breaks of a training forward of ``name`` (2 layers), with their distinct reasons.
+    Tracing is graph-safe by itself (:func:`attention.host_reads.graph_safe_active`), and runs the
+    accelerator's branches."""
+    net = tiny_network(name, **overrides).train()
+    ids, mask, label = step_batch(padded)
+    torch._dynamo.reset()
+
+    def loss(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return training_loss(net, ids, mask, label)
+
+    with warnings.catch_warnings(), accelerator_branches():
+        warnings.simplefilter("ignore")
+        explained = torch._dynamo.explain(loss)(ids, mask)
+    reasons = sorted({str(b.reason).strip().splitlines()[0] for b in explained.break_reasons})
+    return explained.graph_break_count, reasons
+
+
+def step_under_forbidden_syncs(name: str, padded: bool, **overrides) -> torch.Tensor:
+    """A graph-safe training forward and backward of ``name``; raises at the first host sync."""
+    from tests.host_syncs import forbid_host_syncs
+
+    net = tiny_network(name, graph_safe=True, **overrides).train()
+    ids, mask, label = step_batch(padded)
+    with forbid_host_syncs():
+        loss = training_loss(net, ids, mask, label)
+        loss.backward()
+    return loss.detach()
+
+
+def compiled_step(name: str, padded: bool, steps: int = 2, **overrides) -> list[tuple[torch.Tensor, dict, dict]]:
+    """Per step: (eager loss - compiled loss, eager grads, compiled grads) of two identical
+    graph-safe networks, one run eagerly and one through ``torch.compile(fullgraph=True)``; the
+    second step checks the state a step leaves (counters, centroids, redraws) compiles too."""
+    eager = tiny_network(name, graph_safe=True, **overrides).train()
+    compiled_net = tiny_network(name, graph_safe=True, **overrides).train()
+    compiled_net.load_state_dict(eager.state_dict())
+    torch._dynamo.reset()
+    compiled = torch.compile(compiled_net, fullgraph=True)
+    ids, mask, label = step_batch(padded)
+    out = []
+    for _ in range(steps):
+        results = []
+        for net, model in ((eager, None), (compiled_net, compiled)):
+            net.zero_grad(set_to_none=True)
+            loss = training_loss(net, ids, mask, label, model=model)
+            loss.backward()
+            results.append((loss.detach(), {n: p.grad for n, p in net.named_parameters() if p.grad is not None}))
+        out.append((results[0][0] - results[1][0], results[0][1], results[1][1]))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from attention.registry import variant_names
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", nargs="*", default=None, help="variants (default: every config)")
+    ap.add_argument("--reasons", action="store_true", help="list the reasons of every break")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    print("graph breaks of a training forward (2 layers; torch._dynamo.explain)")
+    print("| variant | padded | unpadded |\n|---|---|---|")
+    for name in args.only or variant_names():
+        cells = []
+        for padded in (True, False):
+            try:
+                cells.append(graph_breaks(name, padded))
+            except Exception as e:  # noqa: BLE001 - a table cell, not a test
+                cells.append(("error", [f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"]))
+        print(f"| {name} | " + " | ".join(str(n) for n, _ in cells) + " |", flush=True)
+        if args.reasons:
+            for reason in sorted({r for _, rs in cells for r in rs}):
+                print(f"    {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
