@@ -125,10 +125,11 @@ class Mixer(nn.Module):
         """Random stream of this mixer on ``device``.
 
         In training it advances across calls (fresh draws every step, reproducible from the seed);
-        in eval mode it is re-seeded on every call, so evaluation is deterministic. Graph-safe
-        code draws with :meth:`rand` / :meth:`randn` instead (a generator breaks the graph).
+        in eval mode it is re-seeded on every call, so evaluation is deterministic. A forward
+        draws with :meth:`rand` / :meth:`randn` instead, which stay graph-safe (a generator breaks
+        ``torch.compile``'s graph: refused while tracing). Draws at construction may use it.
         """
-        if graph_safe_active():
+        if torch.compiler.is_compiling():
             raise GraphSafeError(f"{type(self).__name__}: a torch.Generator in graph-safe mode; "
                                  "draw with Mixer.rand / Mixer.randn")
         device = torch.device(device)
