@@ -156,6 +156,8 @@ def check_settings(b: Any) -> None:
     for key, low in (("batch_size", 1), ("repeats", 1), ("rounds", 1), ("warmup", 0)):
         if b.get(key) is not None:
             _count(b, key, low, example=examples[key])
+    if b.get("compile") and int(b.get("warmup") or 0) < 1:
+        raise ConfigError("bench.compile=true needs bench.warmup >= 1: the first step compiles, and must not be timed")
     min_time = b.get("min_time_s")
     if min_time is not None and (isinstance(min_time, bool) or not isinstance(min_time, (int, float)) or min_time < 0):
         raise ConfigError(f"bench.min_time_s={min_time!r} is invalid: it must be a number of seconds >= 0, e.g. bench.min_time_s=3.0")
@@ -193,14 +195,14 @@ def plan(cfg: Any, attention_name: str) -> tuple[dict[str, Any], list[dict[str, 
         "task": shapes["name"] if shapes else "none", "task_shapes": shapes,  # a block sees no task
         "attention_dropout_forced_to_0": forced, "isolate": bool(b.isolate),
         "cpu_malloc": str(b.get("cpu_malloc") or "default") if b.isolate else "default",
-        "min_time_s": min_time, "rounds": rounds,
+        "min_time_s": min_time, "rounds": rounds, "compile": bool(b.get("compile")),
         "timing": (f"median of all device-synchronised steps, at least {repeats} and {min_time:g} s of them after "
                    f"{warmup} warm-up steps, pooled over {rounds} round(s)"),
     }
     common = {"kind": proto.kind, "attention": attn, "batch_size": batch, "repeats": repeats, "warmup": warmup,
               "min_time_s": min_time, "rounds": rounds,
               "device": device, "seed": int(cfg.seed), "threads": int(b.get("threads") or torch.get_num_threads()),
-              "cpu_malloc": meta["cpu_malloc"]}
+              "cpu_malloc": meta["cpu_malloc"], "compile": meta["compile"]}
     specs = []
     for n in lengths:
         if proto.kind == "train_step":
@@ -221,6 +223,13 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _maybe_compile(model: torch.nn.Module, spec: dict[str, Any]) -> None:
+    """``bench.compile``: the model compiled as ``trainer.compile`` does (graph-safe by tracing,
+    fullgraph, static shapes); the first warm-up step pays the compilation (``first_step_s``)."""
+    if spec.get("compile"):
+        model.compile(fullgraph=True, dynamic=False)
+
+
 def _train_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[], None], torch.nn.Module]:
     from hydra.utils import instantiate
 
@@ -231,6 +240,7 @@ def _train_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[]
     ids = torch.randint(1, max(2, m["vocab_size"]), shape, device=device)
     mask = torch.ones(shape, dtype=torch.bool, device=device)
     labels = torch.randint(0, m["num_classes"], (b,), device=device)
+    _maybe_compile(model, spec)
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
@@ -254,6 +264,7 @@ def _block_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[]
     x = torch.randn(b, n, d, device=device, requires_grad=True)
     mask = torch.ones(b, n, dtype=torch.bool, device=device)
     mixers = [m for m in block.modules() if isinstance(m, Mixer)]
+    _maybe_compile(block, spec)
 
     def step() -> None:
         block.zero_grad(set_to_none=True)
@@ -290,16 +301,19 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     device = torch.device(spec["device"])
     meter = PeakMemory(device)
     out: dict[str, Any] = {"length": spec["length"], "batch_size": spec["batch_size"], "memory_method": meter.method,
-                           "threads": torch.get_num_threads()}
+                           "threads": torch.get_num_threads(), "compile": bool(spec.get("compile"))}
     try:
         _preload(spec, device)
         gc.collect()
         baseline = meter.current_mb() - meter.file_mb()
         torch.manual_seed(spec.get("seed", 0))
         step, model = (_train_step if spec["kind"] == "train_step" else _block_step)(spec, device)
-        for _ in range(spec["warmup"]):
+        for i in range(spec["warmup"]):
+            t0 = time.perf_counter()
             step()
-        _sync(device)
+            _sync(device)
+            if i == 0:
+                out["first_step_s"] = time.perf_counter() - t0
         meter.reset()
         times: list[float] = []
         while len(times) < spec["repeats"] or sum(times) < spec.get("min_time_s", 0.0):
@@ -435,6 +449,22 @@ def ratio_table(names: list[str], lengths: list[int], results: dict[tuple[str, i
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
 
 
+def compile_table(names: list[str], lengths: list[int], results: dict[tuple[str, int], dict[str, Any]]) -> str:
+    """Compiled step time / eager step time per variant and length (``--against-eager``)."""
+    lines = ["compiled / eager step time (median ms; first compiled step in s)",
+             "| variant | " + " | ".join(f"N={n}" for n in lengths) + " |", "|---" * (len(lengths) + 1) + "|"]
+    for v in names:
+        cells = []
+        for n in lengths:
+            c, e = results.get((f"{v} compiled", n), {}), results.get((v, n), {})
+            if c.get("status") == "ok" and e.get("status") == "ok":
+                cells.append(f"{c['ms'] / e['ms']:.2f}x ({c['ms']:.0f}/{e['ms']:.0f} ms; {c.get('first_step_s', 0):.0f} s)")
+            else:
+                cells.append(f"{c.get('status', '-')}/{e.get('status', '-')}")
+        lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = argparse.ArgumentParser(prog="python -m lra.bench", description="Measure variants side by side.")
@@ -451,6 +481,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default=None, help="task whose shapes table2/smat use (default: text)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per measurement (default 1: honest per-core timings; 0: torch's default)")
     p.add_argument("--no-isolate", action="store_true", help="measure in this process (faster, less honest memory)")
+    p.add_argument("--compile", action="store_true", help="torch.compile each step's model (fullgraph, graph-safe)")
+    p.add_argument("--against-eager", action="store_true",
+                   help="measure every variant compiled and eager, interleaved, and print compiled/eager ratios")
     p.add_argument("--results-dir", default=None, help="also write one run record per variant here")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -470,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
             over.append(f"bench.{key}=" + (json.dumps(val).replace(" ", "") if isinstance(val, list) else str(val)))
     if args.no_isolate:
         over.append("bench.isolate=false")
+    if args.compile or args.against_eager:
+        over.append("bench.compile=true")
     unknown = [v for v in names if not (CONF_DIR / "attention" / f"{v}.yaml").is_file()]
     if unknown:
         p.error(f"--variants: no conf/attention/{unknown[0]}.yaml")
@@ -481,18 +516,24 @@ def main(argv: list[str] | None = None) -> int:
     meta0 = plans[names[0]][0]
     print(f"protocol {args.protocol}: {meta0['description']}; {meta0['timing']}; device {meta0['device']}; "
           f"memory: peak minus pre-build baseline, {'in this process' if args.no_isolate else 'fresh subprocess per measurement'}")
+    modes = (True, False) if args.against_eager else (meta0["compile"],)
+    label = {True: " compiled", False: ""} if args.against_eager else {True: "", False: ""}
     results: dict[tuple[str, int], dict[str, Any]] = {}
     for i, n in enumerate(meta0["lengths"]):  # interleaved, so load drift hits every variant alike
-        rounds: dict[str, list[dict[str, Any]]] = {v: [] for v in names}
+        rounds: dict[tuple[str, bool], list[dict[str, Any]]] = {(v, c): [] for v in names for c in modes}
         for _ in range(meta0["rounds"]):
             for v in names:
-                spec = plans[v][1][i] | {"rounds": 1}
-                rounds[v] += run_specs([spec], isolate=not args.no_isolate)
-        for v in names:
-            results[(v, n)] = pool_rounds(rounds[v])
-            print(_line(v, results[(v, n)]), flush=True)
+                for c in modes:
+                    spec = plans[v][1][i] | {"rounds": 1, "compile": c}
+                    rounds[(v, c)] += run_specs([spec], isolate=not args.no_isolate)
+        for (v, c), measured in rounds.items():
+            results[(v + label[c], n)] = pool_rounds(measured)
+            print(_line(v + label[c], results[(v + label[c], n)]), flush=True)
     print()
-    print(ratio_table(names, meta0["lengths"], results))
+    print(ratio_table([v + label[c] for v in names for c in modes], meta0["lengths"], results))
+    if args.against_eager:
+        print()
+        print(compile_table(names, meta0["lengths"], results))
     if args.results_dir:
         _write_cli_records(args.results_dir, plans, results)
     return 0

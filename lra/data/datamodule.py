@@ -8,6 +8,7 @@ and ``label [B]``; a two-document task stores ``[M, 2, N]`` ids and gets ``[B, 2
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ class ArrayDataset(Dataset):
 class CachedDataModule(pl.LightningDataModule):
     task_name: str = "task"
     fixed_length: bool = False  # True: every example is exactly max_len long (images), nothing is cut
+    eval_width_multiple: int = 1  # evaluation batches are cut to a multiple of this (trainer.compile: max_len / 8)
 
     def __init__(
         self,
@@ -169,7 +171,8 @@ class CachedDataModule(pl.LightningDataModule):
         order = order[np.argsort(-np.minimum(lengths, self.max_len), kind="stable")]  # longest first: memory peaks early
         size = self.eval_batch_size
         batches = [order[i:i + size].tolist() for i in range(0, len(order), size)]
-        return DataLoader(dataset, batch_sampler=batches, collate_fn=collate_cut, num_workers=self.num_workers,
+        collate = partial(collate_cut, multiple=self.eval_width_multiple)
+        return DataLoader(dataset, batch_sampler=batches, collate_fn=collate, num_workers=self.num_workers,
                           persistent_workers=self.num_workers > 0,
                           generator=torch.Generator().manual_seed(self.seed))  # see _loader: no global draw
 
@@ -182,9 +185,11 @@ class CachedDataModule(pl.LightningDataModule):
         return min(n, kept * self.eval_batch_size)
 
 
-def collate_cut(items: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """Stack a batch and cut its sequence axis after the last real token of any example."""
+def collate_cut(items: list[dict[str, torch.Tensor]], multiple: int = 1) -> dict[str, torch.Tensor]:
+    """Stack a batch and cut its sequence axis after the last real token of any example, rounded
+    up to a ``multiple`` of positions (compiled runs: a bounded number of shapes)."""
     batch = default_collate(items)
     longest = max(int(batch["mask"].sum(-1).max()), 1)
+    longest = min(-(-longest // multiple) * multiple, batch["mask"].shape[-1])
     batch["ids"], batch["mask"] = batch["ids"][..., :longest], batch["mask"][..., :longest]
     return batch

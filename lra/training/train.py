@@ -21,6 +21,7 @@ from lra.badinput import ConfigError, DataMissingError, DivergedError
 from lra.training.forecast import RunForecast, StepProgressBar, cpu_hint
 from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, write_predictions
 from lra.training.checkpoints import AtomicCheckpointIO, LastCheckpoint, best_checkpoint
+from lra.training.compile import CompileNetwork, trainer_settings
 from lra.training.resume import GracefulStop, StopRequested, check_checkpoint, find_previous, identical_run_lock, run_key
 from lra.training.threads import apply_threads
 from models.module import LRAModule
@@ -64,7 +65,10 @@ def build_trainer(cfg: DictConfig, ckpt_dir: Path, extra_callbacks: list | None 
     max_steps, val_every = cfg.trainer.max_steps, cfg.trainer.get("val_check_interval")
     if isinstance(val_every, int) and isinstance(max_steps, int) and 0 < max_steps < val_every:
         kwargs["val_check_interval"] = max_steps  # always validate at least once, at the end
-    return instantiate(cfg.trainer, callbacks=callbacks + list(extra_callbacks or []), logger=loggers or False,
+    trainer_cfg, compiler = trainer_settings(cfg.trainer)
+    if compiler is not None:
+        callbacks.append(compiler)
+    return instantiate(trainer_cfg, callbacks=callbacks + list(extra_callbacks or []), logger=loggers or False,
                        plugins=[AtomicCheckpointIO()], **kwargs)
 
 
@@ -85,8 +89,9 @@ def new_record(cfg: DictConfig, mode: str, **extra: Any) -> RunRecord:
 
 
 def efficiency_fields(trainer: pl.Trainer) -> dict[str, Any]:
-    """What the profiling callbacks measured (any callback with ``record_fields()``)."""
-    fields: dict[str, Any] = {}
+    """What the profiling callbacks measured (any callback with ``record_fields()``), and whether
+    the network ran compiled."""
+    fields: dict[str, Any] = {"compile": {"enabled": False}}
     for cb in trainer.callbacks:
         if hasattr(cb, "record_fields"):
             fields.update(cb.record_fields())
@@ -144,8 +149,22 @@ def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, st
     module = build_module(cfg)
     if resume_from:
         check_checkpoint(module, resume_from, own=not cfg.get("ckpt_path"))
+    trainer = build_trainer(cfg, stop.ckpt_dir, [stop, stop.last])
+    compiler = next((cb for cb in trainer.callbacks if isinstance(cb, CompileNetwork)), None)
+    if compiler is not None:  # a bounded number of evaluation shapes, each one static graph
+        datamodule.eval_width_multiple = max(1, int(cfg.task.max_len) // 8)
+    try:
+        return _fit_and_test(cfg, record, resume_from, stop, datamodule, module, trainer)
+    except Exception as e:
+        storm = compiler.storm(e) if compiler is not None else None
+        if storm is None:
+            raise
+        raise storm from e
+
+
+def _fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, stop: GracefulStop,
+                  datamodule: Any, module: LRAModule, trainer: pl.Trainer) -> dict[str, Any]:
     ckpt_dir = stop.ckpt_dir
-    trainer = build_trainer(cfg, ckpt_dir, [stop, stop.last])
     metrics: dict[str, Any] = {}
     if cfg.mode == "train":
         try:

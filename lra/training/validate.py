@@ -479,6 +479,10 @@ def _check_target_keys(node: Any, where: str) -> None:
     accepted = _signature_keys(target)
     if accepted is None:
         return
+    if where == "trainer":
+        from lra.training.compile import SUITE_TRAINER_KEYS
+
+        accepted = accepted | set(SUITE_TRAINER_KEYS)
     for key in node.keys():
         if key in HYDRA_KEYS or key in accepted:
             continue
