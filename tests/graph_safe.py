@@ -51,22 +51,24 @@ def step_under_forbidden_syncs(name: str, padded: bool, **overrides) -> torch.Te
     return loss.detach()
 
 
-def compiled_step(name: str, padded: bool, steps: int = 2, **overrides) -> list[tuple[torch.Tensor, dict, dict]]:
+def compiled_step(name: str, padded: bool, steps: int = 2, backend: str = "inductor", n_layers: int = 1,
+                  **overrides) -> list[tuple[torch.Tensor, dict, dict]]:
     """Per step: (eager loss - compiled loss, eager grads, compiled grads) of two identical
-    graph-safe networks, one run eagerly and one through ``torch.compile(fullgraph=True)``; the
-    second step checks the state a step leaves (counters, centroids, redraws) compiles too."""
-    eager = tiny_network(name, graph_safe=True, **overrides).train()
-    compiled_net = tiny_network(name, graph_safe=True, **overrides).train()
-    compiled_net.load_state_dict(eager.state_dict())
+    graph-safe networks, one run eagerly and one compiled as ``trainer.compile`` does it
+    (``fullgraph=True``, static shapes); the second step checks that the state a step leaves
+    (draw counters, centroids, redraws) compiles too."""
+    eager = tiny_network(name, n_layers, graph_safe=True, **overrides).train()
+    compiled = tiny_network(name, n_layers, graph_safe=True, **overrides).train()
+    compiled.load_state_dict(eager.state_dict())
     torch._dynamo.reset()
-    compiled = torch.compile(compiled_net, fullgraph=True)
+    compiled.compile(fullgraph=True, dynamic=False, backend=backend)
     ids, mask, label = step_batch(padded)
     out = []
     for _ in range(steps):
         results = []
-        for net, model in ((eager, None), (compiled_net, compiled)):
+        for net in (eager, compiled):
             net.zero_grad(set_to_none=True)
-            loss = training_loss(net, ids, mask, label, model=model)
+            loss = training_loss(net, ids, mask, label)
             loss.backward()
             results.append((loss.detach(), {n: p.grad for n, p in net.named_parameters() if p.grad is not None}))
         out.append((results[0][0] - results[1][0], results[0][1], results[1][1]))

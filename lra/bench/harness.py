@@ -535,14 +535,17 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(compile_table(names, meta0["lengths"], results))
     if args.results_dir:
-        _write_cli_records(args.results_dir, plans, results)
+        for c in modes:  # one record per variant and mode (compiled and eager are separate bench groups)
+            _write_cli_records(args.results_dir, plans, {(v, n): results[(v + label[c], n)] for v in names
+                                                          for n in meta0["lengths"]}, compiled=c)
     return 0
 
 
-def _write_cli_records(results_dir: str, plans: dict, results: dict) -> None:
+def _write_cli_records(results_dir: str, plans: dict, results: dict, compiled: bool = False) -> None:
     from lra.records import RunRecord
 
     for v, (meta, specs) in plans.items():
+        meta, specs = meta | {"compile": compiled}, [s | {"compile": compiled} for s in specs]
         rs = [results[(v, n)] for n in meta["lengths"]]
         ok = [r for r in rs if r.get("status") == "ok"]
         rec = RunRecord(results_dir, mode="bench", task=meta["task"], attention=v, seed=specs[0]["seed"],

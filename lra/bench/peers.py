@@ -457,9 +457,17 @@ def _peer_forward(layer: nn.Module, x: Tensor) -> tuple[Tensor, Tensor | None]:
     return layer(x)
 
 
+def _compiled(layer: nn.Module, job: dict[str, Any], side: str) -> nn.Module:
+    """``--compile``: both sides through ``torch.compile`` (static shapes; ours must give one graph,
+    a peer may break its graph). The warm-up steps pay the compilation."""
+    if job.get("compile"):
+        layer.compile(fullgraph=side == "ours", dynamic=False)
+    return layer
+
+
 def time_job(job: dict[str, Any], peers: tuple[Peer, ...] = PEERS) -> dict[str, Any]:
     """Warm-up, then ours and the peer alternate step by step; every step's seconds of each side."""
-    ours, theirs = (build_side(job, side, peers).train() for side in ("ours", "peer"))
+    ours, theirs = (_compiled(build_side(job, side, peers).train(), job, side) for side in ("ours", "peer"))
     x = torch.randn(job["batch_size"], job["length"], job["d_model"], requires_grad=True)
     steps = {"ours": _stepper(ours, ours_forward, x), "peer": _stepper(theirs, _peer_forward, x)}
     if job.get("peer_first"):   # odd rounds: the peer leads each pair, so order effects cancel
@@ -492,7 +500,7 @@ def memory_job(job: dict[str, Any], peers: tuple[Peer, ...] = PEERS) -> dict[str
     meter = PeakMemory("cpu")
     gc.collect()
     baseline = meter.current_mb() - meter.file_mb()
-    layer = build_side(job, job["side"], peers).train()
+    layer = _compiled(build_side(job, job["side"], peers).train(), job, job["side"])
     forward = ours_forward if job["side"] == "ours" else _peer_forward
     x = torch.randn(job["batch_size"], job["length"], job["d_model"], requires_grad=True)
     step = _stepper(layer, forward, x)
@@ -579,7 +587,8 @@ def race_point(peer: Peer, d: int, h: int, n: int, args: argparse.Namespace, env
                run: Callable[[dict, dict], dict] = run_worker) -> dict[str, Any]:
     """Every round's timing and both memories at one (shape, length), and the agreement once."""
     job = {"peer": peer.key, "d_model": d, "n_heads": h, "length": n, "batch_size": args.batch_size,
-           "threads": args.threads, "seed": 0, "warmup": args.warmup, "min_time_s": args.min_time}
+           "threads": args.threads, "seed": 0, "warmup": args.warmup, "min_time_s": args.min_time,
+           "compile": bool(getattr(args, "compile", False))}
     ours_s: list[float] = []
     peer_s: list[float] = []
     rounds, mem, mem_errors = [], {"ours": [], "peer": []}, []
@@ -702,6 +711,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=1, help="timing processes per point, pooled (default 1)")
     p.add_argument("--min-time", type=float, default=3.0, help="seconds of timed steps per side per round (default 3)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps of each side first (default 2)")
+    p.add_argument("--compile", action="store_true", help="both sides through torch.compile (needs --warmup >= 1)")
     p.add_argument("--cpu-malloc", default="tuned", help="glibc setting of the workers, as bench.cpu_malloc")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per worker process")
     p.add_argument("--out", "--json", dest="out", default=None, help="also write the figures here (JSON; never overwritten)")
@@ -716,6 +726,8 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main()
     if min(args.batch_size, args.threads, args.rounds, *args.lengths) < 1 or args.min_time < 0 or args.warmup < 0:
         raise SystemExit("--batch-size, --threads, --rounds, --lengths must be positive; --min-time, --warmup >= 0")
+    if args.compile and args.warmup < 1:
+        raise SystemExit("--compile needs --warmup >= 1: the first step compiles, and must not be timed")
     out = Path(args.out) if args.out else None
     if out is not None and out.exists():
         raise SystemExit(f"{out} exists: results already written are never overwritten; choose another --out")

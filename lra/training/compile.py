@@ -19,6 +19,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback
 
+from lra.badinput import UserError
+
 log = logging.getLogger(__name__)
 # Dynamo's "recompiles" artifact logger: one DEBUG record per recompile, with the failed guards.
 RECOMPILES_LOGGER = "torch._dynamo.guards.__recompiles"
@@ -39,8 +41,9 @@ def trainer_settings(trainer_cfg: Any) -> tuple[Any, CompileNetwork | None]:
     return OmegaConf.create(settings), (CompileNetwork(int(limit or 32)) if compile_on else None)
 
 
-class RecompileStorm(RuntimeError):
-    """The network was compiled more often than ``trainer.compile_limit`` allows."""
+class RecompileStorm(UserError, RuntimeError):
+    """The network was compiled more often than ``trainer.compile_limit`` allows (the record says
+    failed; the user gets the reasons and the fix, not Dynamo's traceback)."""
 
 
 class _Recompiles(logging.Handler):

@@ -104,6 +104,8 @@ RULES: tuple[Rule, ...] = (
          why="Lightning skips clipping at 0 or below, so the value would do nothing; write null for no clipping"),
     Rule("trainer.accumulate_grad_batches", "int", 1, example="trainer.accumulate_grad_batches=2",
          why="1 = no accumulation"),
+    Rule("trainer.compile_limit", "int", 1, example="trainer.compile_limit=32",
+         why="each batch shape or mode compiles one graph; the run stops when this many would not do"),
     Rule("task.max_len", "int", 1, example="task.max_len=1000"),
     Rule("task.batch_size", "int", 1, example="task.batch_size=32"),
     Rule("model.d_model", "int", 1, example="model.d_model=64"),

@@ -1,6 +1,8 @@
 """Efficiency harness: protocol plans, honest per-measurement memory, failure isolation, the CLI."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -144,6 +146,26 @@ def test_cli_side_by_side_writes_records(tmp_path, capsys):
     assert rec["stamp"]["torch"] == torch.__version__
 
 
+@pytest.mark.slow
+def test_against_eager_times_both_and_prints_the_ratio(tmp_path, capsys):
+    """``--against-eager``: each variant compiled (Inductor, the first step untimed and reported) and
+    eager, side by side; the records say which is which."""
+    rc = bench.main(["--protocol", "block", "--variants", "local", "--lengths", "32", "--repeats", "1",
+                     "--warmup", "1", "--min-time", "0", "--model", "tiny", "--no-isolate", "--threads", "1",
+                     "--against-eager", "--results-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    table = out[out.index("compiled / eager step time"):].splitlines()
+    rows = {line.split("|")[1].strip(): line for line in table if line.startswith("| ") and "variant" not in line}
+    assert set(rows) == {"softmax", "local"}
+    assert all(re.search(r"\d\.\d\dx \(\d+/\d+ ms; \d+ s\)", row) for row in rows.values()), rows
+    records, problems = load_records(tmp_path)
+    assert not problems
+    modes = sorted((rec["attention"], rec["efficiency"]["bench"]["compile"], r["compile"])
+                   for rec in records for r in rec["efficiency"]["bench"]["results"])
+    assert modes == [("local", False, False), ("local", True, True), ("softmax", False, False), ("softmax", True, True)]
+
+
 @pytest.mark.parametrize("overrides,needle", [
     (["bench.lengths=[0]"], "bench.lengths=[0] is invalid"),
     (["bench.lengths=[1024,abc]"], "bench.lengths=[1024, 'abc'] is invalid"),
@@ -153,6 +175,7 @@ def test_cli_side_by_side_writes_records(tmp_path, capsys):
     (["bench.device=tpu"], "unknown bench.device='tpu'"),
     (["bench.cpu_malloc=fast"], "unknown bench.cpu_malloc='fast'"),
     (["bench.task=txt"], "bench.task='txt' has no conf/task/txt.yaml"),
+    (["bench.compile=true", "bench.warmup=0"], "bench.compile=true needs bench.warmup >= 1"),
 ])
 def test_bad_bench_settings_are_user_errors(overrides, needle):
     """Each wrong bench setting is a ConfigError (run.py: one paragraph, exit 2), found in plan() before

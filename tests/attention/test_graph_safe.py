@@ -1,0 +1,113 @@
+"""Graph-safe mode, per config: what ``torch.compile`` and a GPU need (issue 25), measured on CPU.
+
+For every config in ``conf/attention/`` and a padded and an unpadded batch (2-layer tiny network,
+training mode, :mod:`tests.graph_safe`):
+
+* ``torch._dynamo.explain`` of the training forward reports 0 graph breaks;
+* a graph-safe training forward and backward makes no host sync (the first one raises, naming its
+  line: ``.item()``, ``bool()``, ``.tolist()``, data-dependent shapes, host-built tensors);
+* ``torch.compile(fullgraph=True, dynamic=False)`` runs two training steps whose loss and gradients
+  match the same graph-safe network run eagerly (float32 tolerances of the contract tests). Every
+  config is compiled with ``aot_eager`` (the graph capture, functionalisation and autograd of
+  ``torch.compile`` without code generation); one config per attention module with Inductor, the
+  backend ``trainer.compile`` uses, which generates C++ on CPU (8-12 s per config here).
+
+The float64 reference tests run in both modes (``attention_mode`` in ``conftest.py``).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attention.host_reads import GraphSafeError, graph_safe, graph_safe_active, has_padding, per_batch
+from attention.registry import variant_names
+from tests.graph_safe import compiled_step, graph_breaks, step_under_forbidden_syncs
+
+CONFIGS = variant_names()
+PADDING = [pytest.param(True, id="padded"), pytest.param(False, id="unpadded")]
+# one config per attention module (the configs of a module share its code paths; these add the
+# settings that switch a path on: a random router, softmax feature maps, 64 landmarks)
+INDUCTOR = ["abc_rd", "adamra_random_router", "bigbird", "i_clustered", "linear", "linformer", "local",
+            "longformer", "memformer", "nystromformer", "performer", "reformer", "routing", "sinkhorn",
+            "softmax", "sparse_strided", "synthesizer_random"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("padded", PADDING)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_no_graph_breaks(name: str, padded: bool) -> None:
+    count, reasons = graph_breaks(name, padded)
+    assert (count, reasons) == (0, []), f"{name}: {count} graph breaks: {reasons}"
+
+
+@pytest.mark.parametrize("padded", PADDING)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_no_host_syncs(name: str, padded: bool) -> None:
+    loss = step_under_forbidden_syncs(name, padded)
+    assert torch.isfinite(loss)
+
+
+def _assert_matches(name: str, padded: bool, backend: str) -> None:
+    for step, (dloss, eager, compiled) in enumerate(compiled_step(name, padded, backend=backend), 1):
+        assert abs(float(dloss)) < 1e-5, f"{name} step {step}: loss differs by {float(dloss):.3g}"
+        assert eager.keys() == compiled.keys(), f"{name} step {step}: different parameters got gradients"
+        for key in eager:
+            torch.testing.assert_close(compiled[key], eager[key], rtol=1e-4, atol=1e-5,
+                                       msg=lambda m, key=key: f"{name} step {step} grad {key}: {m}")
+
+
+@pytest.mark.parametrize("padded", PADDING)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_fullgraph_compile_matches_eager(name: str, padded: bool) -> None:
+    _assert_matches(name, padded, "aot_eager")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", INDUCTOR)
+def test_inductor_compile_matches_eager(name: str) -> None:
+    _assert_matches(name, True, "inductor")
+
+
+def test_inductor_list_covers_every_attention_module() -> None:
+    from attention.registry import build_mixer
+
+    modules = {build_mixer(n).func.__module__ for n in CONFIGS}
+    assert {build_mixer(n).func.__module__ for n in INDUCTOR} == modules
+
+
+# -- the switch itself -------------------------------------------------------------------------------
+
+def test_graph_safe_mode_reads_nothing_from_the_mask() -> None:
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    assert not has_padding(mask)  # eager: read from the mask
+    with graph_safe():
+        assert graph_safe_active()
+        assert has_padding(mask)  # unstated: the masked path, right for any mask
+        with pytest.raises(GraphSafeError, match="graph-safe"):
+            per_batch(mask, "lengths", lambda: mask.sum(-1).tolist())
+    assert not graph_safe_active()
+
+
+def test_counter_draws_advance_in_training_and_repeat_in_eval() -> None:
+    from attention.registry import build_mixer
+
+    torch.manual_seed(0)
+    mixer = build_mixer("softmax")(n_heads=2, head_dim=4, max_len=8)
+    with graph_safe():
+        first, second = mixer.rand((3,), "cpu"), mixer.rand((3,), "cpu")
+        assert not torch.equal(first, second) and int(mixer.draws) == 2
+        mixer.eval()
+        assert torch.equal(mixer.randn((3,), "cpu"), mixer.randn((3,), "cpu")) and int(mixer.draws) == 2
+    state = mixer.get_extra_state()
+    assert state["draws"] == 2
+    mixer.draws.zero_()
+    mixer.set_extra_state(state)
+    assert int(mixer.draws) == 2
