@@ -24,7 +24,7 @@ NEUTRAL_EXACT = (
     "attention", "task", "seed", "experiment", "protocol", "mode", "resume", "ckpt_path", "smat_job", "ablation", "threads",
     "trainer", "trainer.accelerator", "trainer.devices", "trainer.num_nodes", "trainer.strategy",
     "trainer.enable_progress_bar", "trainer.enable_model_summary", "trainer.log_every_n_steps",
-    "trainer.default_root_dir", "task.datamodule.num_workers", "task.datamodule.data_dir",
+    "trainer.default_root_dir", "trainer.compile_limit", "task.datamodule.num_workers", "task.datamodule.data_dir",
     "task.datamodule.official_dir",
 )
 # whole subtrees (``<key>.`` and config groups ``<key>/``): where results go, logging, measurement

@@ -37,9 +37,13 @@ IDENTITY = ("mode", "task", "attention_name", "attention", "model", "optim", "pr
 # Trainer keys are denied rather than allowed so a result-changing key added on the command line
 # (``+trainer.accumulate_grad_batches=2``) still makes a new run.
 PRESENTATION = {
-    "trainer": ("enable_progress_bar", "enable_model_summary", "default_root_dir", "log_every_n_steps"),
+    "trainer": ("enable_progress_bar", "enable_model_summary", "default_root_dir", "log_every_n_steps",
+                "compile_limit"),
     "datamodule": ("num_workers",),  # how fast data loads; every ``*_dir`` key (where data lives) too
 }
+# Switches that change the numbers only when on (a compiled or graph-safe run draws counter-based
+# randoms): off, they are left out of the identity, so the keys of runs from before they existed hold.
+OFF_BY_DEFAULT = (("trainer", "compile"), ("model", "graph_safe"))
 RESUMABLE = ("running", "interrupted", "failed")
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,9 @@ def identity(cfg: DictConfig) -> dict[str, Any]:
              for k in IDENTITY if (v := cfg.get(k)) is not None}
     for key in PRESENTATION["trainer"]:
         (ident.get("trainer") or {}).pop(key, None)
+    for node, key in OFF_BY_DEFAULT:
+        if not (ident.get(node) or {}).get(key, True):
+            ident[node].pop(key)
     datamodule = (ident.get("task") or {}).get("datamodule") or {}
     for key in [k for k in datamodule if k in PRESENTATION["datamodule"] or k.endswith("_dir")]:
         datamodule.pop(key)

@@ -42,13 +42,14 @@ def test_key_ignores_where_and_how_visibly_a_run_goes():
         "paths.checkpoint_dir=/c", "bench.repeats=9", "report.metric=best_val_acc", "threads=2",
         "checkpointing.every_n_steps=7", "resume=true", "trainer.enable_progress_bar=false",
         "trainer.log_every_n_steps=1", "trainer.enable_model_summary=true", "task.datamodule.num_workers=2",
-        "task.datamodule.official_dir=/o", output_dir="outputs/2026-02-02/11-11-11-999999_listops_softmax_s0")
+        "task.datamodule.official_dir=/o", "trainer.compile_limit=4", output_dir="outputs/2026-02-02/11-11-11-999999_listops_softmax_s0")
     assert run_key(other) == BASE
 
 
 @pytest.mark.parametrize("edit", [
     "seed=1", "optim.lr=0.01", "task.max_len=512", "trainer.max_steps=7", "task.val_every=10",
     "trainer.accumulate_grad_batches=2", "task.datamodule.generator.n_train=100", "optim.schedule=cosine",
+    "trainer.compile=true", "model.graph_safe=true",  # counter-based draws: other numbers
 ])
 def test_key_changes_with_what_defines_the_experiment(edit):
     cfg = composed()
@@ -182,3 +183,11 @@ def test_cpu_runs_point_at_the_quick_preset(caplog):
         cpu_hint("xiong2021", "gpu")
     (line,) = caplog.messages
     assert "experiment=quick" in line and "xiong2021" in line
+
+
+def test_switches_off_by_default_leave_the_key_of_older_runs():
+    """``trainer.compile`` and ``model.graph_safe`` came later: off, a config hashes as it did before."""
+    cfg = composed()
+    with open_dict(cfg):
+        del cfg.trainer["compile"], cfg.trainer["compile_limit"], cfg.model["graph_safe"]
+    assert run_key(cfg) == BASE
