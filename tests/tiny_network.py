@@ -37,7 +37,7 @@ def training_loss(net: LRAClassifier, ids: Tensor, mask: Tensor, label: Tensor, 
     """``LRAModule.training_step``'s loss: cross-entropy plus the mixers' loss terms. ``model``: what
     to call instead of ``net`` (a DDP wrapper of it); ``padded`` as the module passes it (None: the
     network reads it)."""
-    logits = (model or net)(ids, mask, padded=padded)
+    logits = (net if model is None else model)(ids, mask, padded=padded)
     loss = F.cross_entropy(logits, label)
     aux = net.pop_aux_loss()
     return loss if aux is None else loss + aux
