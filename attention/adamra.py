@@ -75,6 +75,18 @@ Computation (every step exact: tests compare it with the plain formulas in float
   the device with ``scatter_add``, since ``bincount`` would add two syncs of its own).
 * The router's straight-through factor multiplies the per-query ``1 / normaliser``, not the output.
 
+Graph-safe mode (:mod:`attention.host_reads`: ``torch.compile``, no host read) cannot have the
+dispatch's ragged group sizes, so it uses their static bound: **every head's capacity is all
+``B * N`` queries**. Each query is projected into every head and reads every head's memory of its
+row (``[B, S, N, Dh (+1)]`` per head, no permutation), and ``torch.where`` on ``choice == h`` (and
+the mask: padded queries join no head and output zero) keeps the routed head's read; the
+straight-through scale and the normaliser then act as above. The values (and gradients: a
+non-routed read gets zero gradient) are the dispatched ones up to float rounding; the cost is
+``H`` times the query projections and kernel reads (``O(H n d^2)``). Padding is
+:func:`attention.host_reads.has_padding` (the host's statement, else "padded"). The random router
+draws ``floor(H u)`` of the counter-based uniforms (:meth:`Mixer.rand`) instead of the generator's
+``randint``: same distribution, table shape and position-major order, other values.
+
 Cost: ``O(n d^2)`` for the query projections (each query once), ``O(n d_k^2)`` for the kernel part,
 ``O(m_h d^2)`` per head for the compressed keys and values, ``O(n d)`` for the compression.
 """
@@ -89,6 +101,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
+from attention.host_reads import graph_safe_active, has_padding
 from attention.masking import key_bias, pad_to_multiple
 
 FEATURE_MAPS = ("relu", "elu", "softmax")
@@ -102,13 +115,15 @@ def window_sums(t: Tensor, size: int, dim: int) -> Tensor:
 
 
 class Routing(NamedTuple):
-    order: Tensor                 # [B * N] flat query indices grouped by (head, row), padded last
-    counts: list[int]             # group sizes, H * B + 1 (the last: padded queries)
+    order: Tensor | None          # [B * N] flat query indices grouped by (head, row), padded last
+    counts: list[int] | None      # group sizes, H * B + 1 (the last: padded queries)
     p_sel: Tensor | None          # [B * N] router probability of the chosen head (learned router)
+    choice: Tensor | None = None  # graph-safe mode (order, counts None): the head per query [B, N]
+    maybe_padded: bool = True     # graph-safe mode: has_padding of the mask
 
     @property
     def padded(self) -> bool:
-        return self.counts[-1] > 0
+        return self.counts[-1] > 0 if self.counts is not None else self.maybe_padded
 
 
 class Memory(NamedTuple):
@@ -212,10 +227,14 @@ class AdaMRAAttention(Mixer):
         draw per position, the same for every row, so a sequence's eval output does not depend on
         the rest of the batch. Draws are position-major over ``max(N, max_len)`` positions and cut
         to ``N``, so a longer padding only appends draws and never changes a real token's."""
-        g = self.generator(mask.device)
         b, n = mask.shape
         rows = b if self.training else 1
-        table = torch.randint(0, self.n_routed, (max(n, self.max_len), rows), generator=g, device=mask.device)
+        shape = (max(n, self.max_len), rows)
+        if graph_safe_active():   # floor(H u): a generator breaks the graph
+            u = self.rand(shape, mask.device)
+            table = (u * self.n_routed).long().clamp_max(self.n_routed - 1)
+        else:
+            table = torch.randint(0, self.n_routed, shape, generator=self.generator(mask.device), device=mask.device)
         return table[:n].T.expand(b, n)
 
     def _phi(self, t: Tensor) -> Tensor:
@@ -234,6 +253,8 @@ class AdaMRAAttention(Mixer):
         else:  # heads on dim 0: the softmax and max over H run vectorised along the tokens
             p_sel, choice = torch.softmax(logits, dim=0).max(0)              # eq. 6
             choice = choice.view(b, n)
+        if graph_safe_active():   # no grouping: _attend_dense selects each query's head in place
+            return Routing(None, None, p_sel, choice, has_padding(mask))
         groups = self.n_routed * b
         row = torch.arange(b, device=mask.device)[:, None]
         key = torch.where(mask, choice * b + row, groups).reshape(-1)
@@ -318,6 +339,8 @@ class AdaMRAAttention(Mixer):
         slice that reads its row's memory with one batched (over subheads) product, with no padding
         and no scatter; one inverse permutation restores sequence order. The loop runs over the
         ``H * B`` groups (never over tokens)."""
+        if routing.counts is None:
+            return self._attend_dense(rows, q_maps, mems, routing, mask)
         b, n = mask.shape
         s, dh = self.n_heads, self.head_dim
         order, counts = routing.order, routing.counts
@@ -366,3 +389,46 @@ class AdaMRAAttention(Mixer):
             out = out.to(rows.dtype)             # a weighted mean of values: float16 holds it
         out = Permute.apply(out, inverse, order)
         return out.view(b, n, s, dh).transpose(1, 2)                          # [B, S, N, Dh] view
+
+    def _attend_dense(
+        self, rows: Tensor, q_maps: list[tuple[Tensor | None, Tensor | None]],
+        mems: list[Memory], routing: Routing, mask: Tensor,
+    ) -> Tensor:
+        """:meth:`_attend` with static shapes (graph-safe mode): every query is read in every head
+        (each head's capacity is its static bound, all ``B * N`` queries) and ``torch.where`` keeps
+        the routed head's read; padded queries are in no head and output zero."""
+        b, n = mask.shape
+        s, dh = self.n_heads, self.head_dim
+        width = dh if self.feature_map == "softmax" else dh + 1              # + 1: eq. 7's normaliser
+        dev = rows.device.type
+        wide = self.feature_map == "relu" and torch.float16 in (
+            rows.dtype, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None)
+        routed = routing.choice                                              # [B, N]
+        out = None
+        for h, (mem, (wq, bq)) in enumerate(zip(mems, q_maps)):
+            qh = rows
+            if wq is not None:
+                qh = qh @ wq if bq is None else torch.addmm(bq, qh, wq)      # eq. 9, W^Q_{h,s}
+            qh = self._split(qh.view(b, n, s * dh))                          # [B, S, N, Dh]
+            if self.feature_map == "softmax":
+                kc, vc, bias = self._split(mem.keys), self._split(mem.values()), key_bias(mem.valid, qh.dtype)
+                read = torch.softmax(qh @ kc.transpose(-1, -2) / math.sqrt(dh) + bias, -1) @ vc
+            else:
+                with torch.autocast(dev, enabled=False) if wide else contextlib.nullcontext():
+                    kvz = (mem.float() if wide else mem).kernel_state(self._phi, s)   # [B, S, Dh, Dh + 1]
+                    fq = self._phi(qh.float() if wide else qh)
+                    read = fq @ kvz if not wide else _float32_matmul(fq, kvz)    # [B, S, N, width]
+            here = ((routed == h) & mask)[:, None, :, None]
+            out = torch.where(here, read, 0.0 if out is None else out)
+        scale = None
+        if routing.p_sel is not None:   # straight-through router gradient, as in _attend
+            p_sel = routing.p_sel.view(b, 1, n, 1)
+            scale = p_sel / p_sel.detach()
+        if width > dh:
+            out, den = out.split([dh, 1], dim=-1)
+            scale = (1.0 if scale is None else scale) / den.clamp_min(self.eps)
+        if scale is not None:
+            out = out * scale
+        if wide:
+            out = out.to(rows.dtype)
+        return out

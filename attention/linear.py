@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, autocast_as, autocast_state, require_positive
+from attention.host_reads import graph_safe_active
 
 
 def elu_feature_map(x: Tensor, keep: Tensor | None = None, out: Tensor | None = None) -> Tensor:
@@ -35,6 +36,16 @@ def elu_feature_map(x: Tensor, keep: Tensor | None = None, out: Tensor | None = 
     if keep is None:
         return torch.add(elu, 1.0, out=out)
     return torch.addcmul(keep, elu, keep, out=out)
+
+
+def linear_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor, eps: float) -> Tensor:
+    """Eq. 6 with eq. 7 in plain ops (autograd differentiates it): what :class:`_LinearAttention`
+    computes, for graph-safe mode. ``keep``: ``[B, 1, N, 1]`` 0/1, zero at padded tokens."""
+    phi_q = elu_feature_map(q)
+    phi_k = elu_feature_map(k, keep)                                      # padded keys: no mass anywhere
+    kv = phi_k.transpose(-1, -2) @ v                                      # [B, H, d, e]
+    den = phi_q @ phi_k.sum(2).unsqueeze(-1) + eps                        # [B, H, N, 1]
+    return (phi_q @ kv) * (keep / den)                                    # 0 at padded queries
 
 
 class _LinearAttention(torch.autograd.Function):
@@ -85,4 +96,7 @@ class LinearAttention(Mixer):
         self.eps = eps
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        return _LinearAttention.apply(q, k, v, mask[:, None, :, None].to(q.dtype), self.eps)
+        keep = mask[:, None, :, None].to(q.dtype)
+        if graph_safe_active():
+            return linear_attention(q, k, v, keep, self.eps)
+        return _LinearAttention.apply(q, k, v, keep, self.eps)

@@ -80,6 +80,20 @@ def test_eval_output_of_a_sequence_does_not_depend_on_the_batch(name):
     torch.testing.assert_close(batch[1:2, :, :29], alone, rtol=1e-10, atol=1e-12)
 
 
+def test_random_router_draws_fresh_in_training_fixed_per_position_in_eval():
+    """The random router's heads (Table 5, "Rand"): every head in range and drawn, fresh per training
+    call, one per position in eval (the same for every row, whatever the batch or its length)."""
+    mixer = make_mixer("adamra_random_router")
+    mask = lengths_mask([N, 23, 0], n=N).to(DEVICE)
+    train = [mixer.train().random_heads(mask) for _ in range(2)]
+    assert train[0].shape == mask.shape and not torch.equal(train[0], train[1])
+    assert train[0].min() >= 0 and train[0].max() < mixer.n_routed and len(train[0].unique()) == mixer.n_routed
+    ev = [mixer.eval().random_heads(m) for m in (mask, lengths_mask([20], n=20).to(DEVICE), mask)]
+    assert torch.equal(ev[0], ev[2]) and torch.equal(ev[0][0], ev[0][2])
+    assert len(ev[0][0].unique()) == mixer.n_routed
+    assert torch.equal(ev[1][0], ev[0][0, :20])   # a position's head does not depend on N or B
+
+
 def _routing_task(seed: int, b: int = 8, n: int = 32):
     """Queries whose best head is known: head 0 (uncompressed) writes to the first half of the
     channels, head 1 (one landmark) to the second half, and the target takes head 0's output
