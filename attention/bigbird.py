@@ -31,7 +31,13 @@ Choices the paper leaves open (and the fixes of known port defects), written dow
   batch, :func:`attention.host_reads.has_padding`); for a padded batch one ``.tolist()`` of the
   ``B`` plan lengths, which the ragged plans need, read once per batch and shared by the layers
   (:func:`attention.host_reads.per_batch`; the groups are slices of one sort). No tensor is built
-  from host data (the global slots come from ``arange``). Lengths that do not divide the block
+  from host data (the global slots come from ``arange``). Graph-safe mode (``torch.compile``)
+  reads nothing: each sample's plan is built on the device from its own ``nb`` (a tensor), as one
+  table ``[B, H, nb_max - 1, 2 + window + r]`` over every query block after the first, with the
+  random slots drawn among all ``nb_max`` blocks with those past the sample's end excluded (the
+  same blocks as the eager plan of ``nb``: priorities are distinct integers); each sample's last
+  block is its global row, blocks past it are padding (zeroed). Static shapes; the batch is folded
+  into the heads so the eager block kernel serves it. Lengths that do not divide the block
   size are padded inside (masked keys) and cut back; padding is masked everywhere, including
   inside global and random blocks; a sample with no real token gives zeros.
 * Block-wise implementation: a gather of ``3 + 2 + r`` key blocks per query block
@@ -47,7 +53,7 @@ from torch import Tensor
 
 from attention.base import Mixer
 from attention.blocks import block_sparse_attention, dense_rows, from_blocks, mask_blocks, slot_allow, to_blocks
-from attention.host_reads import has_padding, per_batch
+from attention.host_reads import graph_safe_active, has_padding, per_batch
 from attention.masking import zero_padded
 
 
@@ -118,6 +124,8 @@ class BigBirdAttention(Mixer):
         n, bs = q.shape[2], self.block_size
         if not has_padding(mask):                                        # one plan for the whole batch
             return self._attend(q, k, v, mask, padded=False)
+        if graph_safe_active():
+            return self._attend_per_sample(q, k, v, mask)
         order, sizes = per_batch(mask, ("bigbird plan lengths", bs), lambda: plan_lengths(mask, bs))
         if sizes[0] == sizes[-1] == math.ceil(n / bs):
             return self._attend(q, k, v, mask, padded=True)
@@ -151,3 +159,57 @@ class BigBirdAttention(Mixer):
         last = dense_rows(qb[:, :, nb - 1], kf, vf, mf)
         out = torch.cat([first.unsqueeze(2), mid, last.unsqueeze(2)], dim=2)
         return zero_padded(from_blocks(out, n), mask, padded)
+
+    def _attend_per_sample(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        """Graph-safe: every sample's own plan (its ``nb`` blocks up to its last real token) in
+        static shapes, no host read. Equals the eager grouping by plan length."""
+        n, bs = q.shape[2], self.block_size
+        qs = q * (1.0 / math.sqrt(q.shape[-1]))
+        qb, kb, vb, mb = to_blocks(qs, bs), to_blocks(k, bs), to_blocks(v, bs), mask_blocks(mask, bs)
+        b, h, nb, _, d = qb.shape
+        if nb > self.rand_priority.shape[1]:
+            self.random_blocks(nb)  # raises, naming task.max_len
+        dev = q.device
+        pos = torch.arange(1, n + 1, device=dev)
+        last = torch.div((pos * mask).amax(dim=-1) + bs - 1, bs, rounding_mode="floor").sub(1).clamp_min(0)  # [B]
+        blocks = torch.arange(nb, device=dev)
+        kf, vf, mf = kb.view(b, h, nb * bs, d), vb.view(b, h, nb * bs, d), mb.view(b, nb * bs)
+        first = dense_rows(qb[:, :, 0], kf, vf, mf)                                      # [B, H, bs, D]
+        rows = torch.arange(b, device=dev)
+        final = dense_rows(qb[rows, :, last], kf, vf, mf)                                # each sample's last block
+        out = first.unsqueeze(2).expand(b, h, nb, bs, d)
+        if nb > 1:
+            idx, valid = self._tables(nb, last)                                          # [B, H, nb-1, S]
+            s_ = idx.shape[-1]
+            flat = (idx + nb * torch.arange(b, device=dev)[:, None, None, None]).reshape(-1)
+            keys = mb.reshape(b * nb, bs).index_select(0, flat).view(b, h, nb - 1, s_ * bs)
+            allow = keys & valid.repeat_interleave(bs, dim=-1)
+            # samples folded into the heads: per-head tables are what the block kernel takes
+            mid = block_sparse_attention(
+                qb[:, :, 1:].reshape(1, b * h, nb - 1, bs, d), kb.reshape(1, b * h, nb, bs, d),
+                vb.reshape(1, b * h, nb, bs, d), mb.new_ones(1, nb, bs), idx.reshape(b * h, nb - 1, s_),
+                allow.reshape(1, b * h, nb - 1, 1, s_ * bs)).view(b, h, nb - 1, bs, d)
+            out = torch.cat([first.unsqueeze(2), mid], dim=2)
+        is_last = (blocks[None, :] == last[:, None])[:, None, :, None, None]             # [B, 1, nb, 1, 1]
+        out = torch.where(is_last, final.unsqueeze(2), out)
+        return zero_padded(from_blocks(out, n), mask, padded=True)
+
+    def _tables(self, nb: int, last: Tensor) -> tuple[Tensor, Tensor]:
+        """Per-sample key blocks of query blocks ``1..nb-1``: global (first, the sample's last),
+        window, random (``[B, H, nb - 1, 2 + window + r]`` and their validity)."""
+        dev, b, h = last.device, last.shape[0], self.rand_priority.shape[0]
+        w = self.window_blocks // 2
+        a = torch.arange(1, nb, device=dev)[:, None]                                      # query blocks
+        c = torch.arange(nb, device=dev)
+        lst = last[:, None, None]                                                        # [B, 1, 1]
+        win = a + torch.arange(-w, w + 1, device=dev)[None, :]                           # [nb-1, W]
+        win_valid = (win > 0) & (win < lst)                                              # [B, nb-1, W]
+        glob = torch.stack(torch.broadcast_tensors(torch.zeros_like(lst), lst), -1).expand(b, nb - 1, 1, 2)
+        excluded = ((a - c[None, :]).abs() <= w) | (c == 0) | (c[None, None, :] >= lst)  # [B, nb-1, nb]
+        pri = self.rand_priority[:, 1:nb, :nb].masked_fill(excluded[:, None], -1)        # [B, H, nb-1, nb]
+        val, ridx = pri.topk(min(self.num_random_blocks, nb), dim=-1)
+        idx = torch.cat([glob.reshape(b, 1, nb - 1, 2).expand(b, h, -1, -1),
+                         win.clamp(0, nb - 1).expand(b, h, -1, -1), ridx], -1)
+        valid = torch.cat([torch.ones(b, h, nb - 1, 2, dtype=torch.bool, device=dev),
+                           win_valid[:, None].expand(b, h, -1, -1), val >= 0], -1)
+        return idx, valid
