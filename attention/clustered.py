@@ -19,7 +19,8 @@ SimHash, ref. [25]) and clustered by K-means in Hamming space for L Lloyd iterat
 Choices the paper leaves open, written down:
 
 * Hash planes: ``B`` standard-normal directions through the origin (no offset), drawn per head from
-  :meth:`Mixer.generator` on every call (new planes each training step; fixed planes in eval).
+  :meth:`Mixer.randn` on every call (new planes each training step; fixed planes in eval;
+  counter-based draws in graph-safe mode).
   Hashing, K-means, top-k selection are discrete and carry no gradient; gradients flow through the
   centroid means (eq. 3), the clustered softmax, and (i_clustered) the exact top-k softmax and m_j.
 * Hamming distance: codes are +-1 vectors, so ``B - 2 * hamming = code . centroid``; the nearest
@@ -398,7 +399,7 @@ class ClusteredAttention(Mixer):
 
     def hash_planes(self, h: int, d: int, device: torch.device) -> Tensor:
         """This call's SimHash directions ``[H, D, bits]`` (fresh in training, fixed in eval)."""
-        return torch.randn(h, d, self.bits, generator=self.generator(device), device=device)
+        return self.randn((h, d, self.bits), device)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         b, h, n, d = q.shape
