@@ -42,8 +42,14 @@ def uniform(shape: tuple[int, ...] | torch.Size, key: int, counter: Tensor, dtyp
     n = math.prod(shape)
     stream = _mix32((counter & _MASK32) ^ key)
     bits = _mix32(_mix32(torch.arange(n, device=counter.device, dtype=torch.int64) ^ stream) ^ key)
+    return unit_interval(bits, dtype).reshape(shape)
+
+
+def unit_interval(bits: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """32-bit hashes -> floats strictly inside (0, 1): the top 23 bits plus one half, so the largest
+    value is 1 - 2**-24 (representable in float32; 24 bits would round up to 1.0)."""
     u = ((bits >> 9).to(torch.float64 if dtype == torch.float64 else torch.float32) + 0.5) * 2.0 ** -23
-    return u.to(dtype).reshape(shape)
+    return u.to(dtype)
 
 
 def normal(shape: tuple[int, ...] | torch.Size, key: int, counter: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:

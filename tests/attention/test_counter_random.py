@@ -22,6 +22,12 @@ def test_uniform_is_strictly_inside_the_unit_interval_with_uniform_moments() -> 
     assert float(((counts - N / 16) ** 2 / (N / 16)).sum()) < 40  # chi-square, 15 dof (p ~ 5e-4)
 
 
+def test_extreme_hashes_stay_strictly_inside_the_unit_interval() -> None:
+    u = cr.unit_interval(torch.tensor([0, 2**32 - 1], dtype=torch.int64))
+    assert float(u[0]) > 0.0 and float(u[1]) < 1.0 and u.dtype == torch.float32
+    assert torch.isfinite(torch.log(u)).all() and torch.isfinite(torch.log1p(-u)).all()
+
+
 def test_normal_has_unit_moments() -> None:
     z = cr.normal((N,), cr.key32(99), torch.tensor(0))
     assert abs(float(z.mean())) < 5 / math.sqrt(N)

@@ -1,0 +1,41 @@
+"""Bugs in the graph-safe branches of BigBird and clustered attention, and in the graph-safe switch
+and draws every variant shares (issue 25). The BigBird ones live in code only graph-safe runs take,
+so only the ``graph_safe`` runs of the reference tests (the ``attention_mode`` fixture) can kill them."""
+from tests.mutants import Mutant
+
+BIGBIRD = ("tests/attention/test_reference_baselines.py::test_bigbird_equals_reference",
+           "tests/attention/test_reference_grid.py::test_bigbird_grid")
+CLUSTERED = ("tests/attention/test_reference_clustered.py",)
+GRAPH_SAFE = ("tests/attention/test_graph_safe.py", "tests/attention/test_counter_random.py")
+MUTANTS = [
+    Mutant("graph-safe-bigbird-window-reads-the-last-block", "attention/bigbird.py",
+           "        win_valid = (win > 0) & (win < lst)  ",
+           "        win_valid = (win > 0) & (win <= lst) ",
+           "a sample's window slot also reads its last (global) block, which its global slot reads "
+           "already: that block counts twice in the softmax", BIGBIRD),
+    Mutant("graph-safe-bigbird-random-past-the-sample", "attention/bigbird.py",
+           "| (c == 0) | (c[None, None, :] >= lst)",
+           "| (c == 0) | (c[None, None, :] > lst)",
+           "random blocks may be the sample's last block (global already) instead of another", BIGBIRD),
+    Mutant("graph-safe-bigbird-batch-plan-for-every-sample", "attention/bigbird.py",
+           "        last = torch.div((pos * mask).amax(dim=-1) + bs - 1, bs, rounding_mode=\"floor\").sub(1).clamp_min(0)  # [B]",
+           "        last = torch.full((q.shape[0],), -(-n // bs) - 1, device=dev)  # [B]",
+           "every sample gets the padded batch's plan (a padding block global, random blocks moved): "
+           "the known port defect the eager grouping avoids", BIGBIRD),
+    Mutant("graph-safe-clustered-planes-from-a-fixed-draw", "attention/base.py",
+           "        count = self.draws.to(device).clone()\n        self.draws.add_(1)",
+           "        count = torch.zeros((), dtype=torch.int64, device=device)",
+           "graph-safe training draws never advance: the same planes, features and noise every step",
+           CLUSTERED + ("tests/attention/test_graph_safe.py::test_counter_draws_advance_in_training_and_repeat_in_eval",)),
+    Mutant("graph-safe-has-padding-reads-unpadded", "attention/host_reads.py",
+           "                return batch.facts.get(\"padded\", True)\n        return True",
+           "                return batch.facts.get(\"padded\", False)\n        return False",
+           "graph-safe mode answers 'no padding' when nobody stated it: padded keys get weight",
+           ("tests/attention/test_graph_safe.py::test_graph_safe_mode_reads_nothing_from_the_mask",
+            "tests/attention/test_reference_baselines.py::test_softmax_equals_reference")),
+    Mutant("graph-safe-uniform-reaches-one", "attention/counter_random.py",
+           "    u = ((bits >> 9).to(torch.float64 if dtype == torch.float64 else torch.float32) + 0.5) * 2.0 ** -23\n",
+           "    u = ((bits >> 8).to(torch.float64 if dtype == torch.float64 else torch.float32) + 0.5) * 2.0 ** -24\n",
+           "24 hash bits in float32: the top value rounds to 1.0 (log(1 - u) = -inf in Gumbel noise)",
+           ("tests/attention/test_counter_random.py",)),
+]
