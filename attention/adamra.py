@@ -349,10 +349,7 @@ class AdaMRAAttention(Mixer):
         grouped = Permute.apply(rows, order, inverse).split(per_head)         # rows by (head, row)
         width = dh if self.feature_map == "softmax" else dh + 1              # + 1: eq. 7's normaliser
         dev = rows.device.type
-        # float16 cannot hold 1 / eps: a ReLU query with a (near) zero normaliser would send an
-        # infinite gradient into its (zero) features. Its read and normalisation run in float32.
-        wide = self.feature_map == "relu" and torch.float16 in (
-            rows.dtype, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None)
+        wide = self._wide(rows)
         outs = []
         for h, (mem, (wq, bq)) in enumerate(zip(mems, q_maps)):
             if per_head[h] == 0:
@@ -374,21 +371,32 @@ class AdaMRAAttention(Mixer):
                     outs.append(read(q_row, i).transpose(0, 1))              # [c_(h,i), S, width]
         outs.append(rows.new_zeros(counts[-1], s, width))                    # padded queries
         out = torch.cat(outs)                                                # [B * N, S, width], grouped
-        # Router gradient, straight-through: the routed head's output times P / stopgrad(P), which is
-        # exactly 1 in value. It multiplies the per-query factor 1 / normaliser, not the output.
-        scale = None
-        if routing.p_sel is not None:
-            p_sel = routing.p_sel.index_select(0, order)[:, None, None]
-            scale = p_sel / p_sel.detach()
-        if width > dh:
-            out, den = out.split([dh, 1], dim=-1)
-            scale = (1.0 if scale is None else scale) / den.clamp_min(self.eps)
-        if scale is not None:
-            out = out * scale
+        p_sel = None if routing.p_sel is None else routing.p_sel.index_select(0, order)[:, None, None]
+        out = self._normalise(out, p_sel)
         if wide:
             out = out.to(rows.dtype)             # a weighted mean of values: float16 holds it
         out = Permute.apply(out, inverse, order)
         return out.view(b, n, s, dh).transpose(1, 2)                          # [B, S, N, Dh] view
+
+    def _wide(self, rows: Tensor) -> bool:
+        """float16 cannot hold 1 / eps: a ReLU query with a (near) zero normaliser would send an
+        infinite gradient into its (zero) features. Its read and normalisation run in float32."""
+        dev = rows.device.type
+        return self.feature_map == "relu" and torch.float16 in (
+            rows.dtype, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None)
+
+    def _normalise(self, out: Tensor, p_sel: Tensor | None) -> Tensor:
+        """Eq. 7's normaliser (the last column of a kernel read) and the router gradient,
+        straight-through: the routed head's output times P / stopgrad(P), which is exactly 1 in
+        value. It multiplies the per-query factor 1 / normaliser, not the output. ``p_sel``
+        broadcasts against ``out`` (None: the random router, no gradient)."""
+        scale = None
+        if p_sel is not None:
+            scale = p_sel / p_sel.detach()
+        if self.feature_map != "softmax":
+            out, den = out.split([self.head_dim, 1], dim=-1)
+            scale = (1.0 if scale is None else scale) / den.clamp_min(self.eps)
+        return out if scale is None else out * scale
 
     def _attend_dense(
         self, rows: Tensor, q_maps: list[tuple[Tensor | None, Tensor | None]],
@@ -401,8 +409,7 @@ class AdaMRAAttention(Mixer):
         s, dh = self.n_heads, self.head_dim
         width = dh if self.feature_map == "softmax" else dh + 1              # + 1: eq. 7's normaliser
         dev = rows.device.type
-        wide = self.feature_map == "relu" and torch.float16 in (
-            rows.dtype, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None)
+        wide = self._wide(rows)
         routed = routing.choice                                              # [B, N]
         out = None
         for h, (mem, (wq, bq)) in enumerate(zip(mems, q_maps)):
@@ -420,15 +427,7 @@ class AdaMRAAttention(Mixer):
                     read = fq @ kvz if not wide else _float32_matmul(fq, kvz)    # [B, S, N, width]
             here = ((routed == h) & mask)[:, None, :, None]
             out = torch.where(here, read, 0.0 if out is None else out)
-        scale = None
-        if routing.p_sel is not None:   # straight-through router gradient, as in _attend
-            p_sel = routing.p_sel.view(b, 1, n, 1)
-            scale = p_sel / p_sel.detach()
-        if width > dh:
-            out, den = out.split([dh, 1], dim=-1)
-            scale = (1.0 if scale is None else scale) / den.clamp_min(self.eps)
-        if scale is not None:
-            out = out * scale
+        out = self._normalise(out, None if routing.p_sel is None else routing.p_sel.view(b, 1, n, 1))
         if wide:
             out = out.to(rows.dtype)
         return out
