@@ -36,7 +36,8 @@ Choices the paper leaves open, written down:
   by the norm of an independent Gaussian d-vector so its marginal is Gaussian (the authors' default
   ``scaling=0``). One W per layer, shared by its heads (as in the authors' code). ``orthogonal:
   false`` gives i.i.d. Gaussian rows.
-* Redrawing: W is a persistent buffer drawn from :meth:`Mixer.generator`. Only training forwards
+* Redrawing: W is a persistent buffer drawn from :meth:`Mixer.randn` (counter-based in
+  graph-safe mode, where the redraw is decided on the device). Only training forwards
   redraw it: on the first training call and then every ``redraw_interval`` training calls
   (``0`` = never redraw after the first draw); eval forwards use the stored W and never advance the
   counter, so eval is deterministic and equals what the last training step saw. The counter is
@@ -45,29 +46,32 @@ Choices the paper leaves open, written down:
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, require_non_negative, require_positive
+from attention.host_reads import graph_safe_active
 from attention.masking import zero_padded
 
 KERNELS = ("softmax", "relu")
 
 
-def orthogonal_gaussian(m: int, d: int, generator: torch.Generator, device: torch.device,
+def orthogonal_gaussian(m: int, d: int, randn: Callable[[tuple[int, ...], torch.dtype], Tensor],
                         orthogonal: bool = True, dtype: torch.dtype = torch.float32) -> Tensor:
-    """``[m, d]`` random features: orthogonal blocks of d rows with chi-distributed row norms."""
+    """``[m, d]`` random features: orthogonal blocks of d rows with chi-distributed row norms.
+    ``randn(shape, dtype)`` gives standard normal draws (a mixer's :meth:`Mixer.randn`)."""
     if not orthogonal:
-        return torch.randn(m, d, generator=generator, device=device, dtype=dtype)
+        return randn((m, d), dtype)
     n_blocks = math.ceil(m / d)
-    gauss = torch.randn(n_blocks, d, d, generator=generator, device=device, dtype=torch.float32)
+    gauss = randn((n_blocks, d, d), torch.float32)
     qmat, r = torch.linalg.qr(gauss)                        # columns orthonormal
     # Sign fix: without it Householder QR biases the directions (e.g. a fixed sign of Q[0, 0]).
     qmat = qmat * torch.sign(torch.diagonal(r, dim1=-2, dim2=-1)).unsqueeze(-2)
     rows = qmat.transpose(-1, -2).reshape(n_blocks * d, d)[:m]
-    norms = torch.randn(m, d, generator=generator, device=device, dtype=torch.float32).norm(dim=-1)
+    norms = randn((m, d), torch.float32).norm(dim=-1)
     return (rows * norms[:, None]).to(dtype)
 
 
@@ -96,11 +100,32 @@ class PerformerAttention(Mixer):
         self.eps = eps if eps is not None else (1e-6 if kernel == "softmax" else 1e-3)
         require_non_negative(eps=self.eps, hint="null = the kernel's default")
         self.training_calls = 0
+        # the same count as a buffer: graph-safe forwards count and decide redraws on the device
+        self.register_buffer("calls", torch.zeros((), dtype=torch.int64), persistent=False)
         # A first draw so an untrained model (or eval before any step) has defined features.
         self.register_buffer("features", self._draw(torch.device("cpu")), persistent=True)
 
     def _draw(self, device: torch.device) -> Tensor:
-        return orthogonal_gaussian(self.nb_features, self.head_dim, self.generator(device), device, self.orthogonal)
+        return orthogonal_gaussian(self.nb_features, self.head_dim,
+                                   lambda shape, dtype: self.randn(shape, device, dtype), self.orthogonal)
+
+    def _count_and_redraw(self) -> None:
+        """A training forward: redraw on the first call and every ``redraw_interval`` calls. Eager
+        decides on the host (a Python int: no device read); graph-safe decides on the device, with
+        a fresh draw every call kept only where a redraw is due (``torch.where``), so the graph and
+        its shapes never change."""
+        if graph_safe_active():
+            due = self.calls == 0
+            if self.redraw_interval:
+                due = due | (self.calls % self.redraw_interval == 0)
+            fresh = self._draw(self.features.device).to(self.features.dtype)
+            self.features.copy_(torch.where(due, fresh, self.features))
+            self.calls.add_(1)
+            return
+        if self.training_calls == 0 or (self.redraw_interval and self.training_calls % self.redraw_interval == 0):
+            self.redraw()
+        self.training_calls += 1
+        self.calls.fill_(self.training_calls)
 
     def redraw(self) -> None:
         """Draw fresh random features from the training stream."""
@@ -138,9 +163,7 @@ class PerformerAttention(Mixer):
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         if self.training:
-            if self.training_calls == 0 or (self.redraw_interval and self.training_calls % self.redraw_interval == 0):
-                self.redraw()
-            self.training_calls += 1
+            self._count_and_redraw()
         e_q, c = self._features(q, True, None)                                 # [B, H, N, m]
         e_k, _ = self._features(k, False, mask)                                # [B, H, m, N]
         # Key masking on the small side: [V * m, m] gives phi(K)^T V and phi(K)^T 1 over real keys
@@ -154,8 +177,10 @@ class PerformerAttention(Mixer):
         return zero_padded(num / den, mask)
 
     def get_extra_state(self) -> dict:
-        return {**super().get_extra_state(), "training_calls": self.training_calls}
+        # the buffer holds the count in both modes (eager mirrors its Python int into it)
+        return {**super().get_extra_state(), "training_calls": int(self.calls)}
 
     def set_extra_state(self, state: dict) -> None:
         super().set_extra_state(state)
         self.training_calls = int(state.get("training_calls", 0))
+        self.calls.fill_(self.training_calls)

@@ -216,7 +216,10 @@ def test_performer_features_orthogonal_blocks_with_chi_norms_and_uniform_directi
     i.i.d. Gaussian rows (not orthogonal)."""
     g = torch.Generator().manual_seed(4)
     draws = 500
-    w = torch.stack([orthogonal_gaussian(m, d, g, torch.device("cpu")) for _ in range(draws)]).double()
+    def randn(shape, dtype):
+        return torch.randn(shape, generator=g, dtype=dtype)
+
+    w = torch.stack([orthogonal_gaussian(m, d, randn) for _ in range(draws)]).double()
     assert w.shape == (draws, m, d)
     unit = w / w.norm(dim=-1, keepdim=True)
     for start in range(0, m, d):
@@ -231,7 +234,7 @@ def test_performer_features_orthogonal_blocks_with_chi_norms_and_uniform_directi
     assert -2 * math.sqrt(k * x) <= total - k <= 2 * math.sqrt(k * x) + 2 * x, \
         f"squared norms sum to {total:.0f}, chi^2_{k} gives {k} (row norms not chi_{d})"
     assert_frequencies(directions.mean(0), torch.zeros(m, d), draws, "mean unit feature", width=2.0)
-    iid = orthogonal_gaussian(m, d, g, torch.device("cpu"), orthogonal=False).double()
+    iid = orthogonal_gaussian(m, d, randn, orthogonal=False).double()
     cos = (iid / iid.norm(dim=-1, keepdim=True)) @ (iid / iid.norm(dim=-1, keepdim=True)).T
     assert (cos - torch.eye(m, dtype=torch.double)).abs().max() > 1e-3, "orthogonal: false drew orthogonal rows"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attention.host_reads import graph_safe_active
 from attention.performer import orthogonal_gaussian
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer
 from tests.attention.test_reference_baselines import CASES, F64, IDS, inputs
@@ -39,15 +40,14 @@ def test_padding_to_twice_the_length_changes_nothing(name, kw, n, max_len, lengt
 def test_performer_features_redrawn_every_interval_training_steps_never_at_eval():
     mixer = make_mixer("performer_32", redraw_interval=3).to(DEVICE, F64)
     m, d = mixer.nb_features, mixer.head_dim
-    stream = torch.Generator(device=DEVICE).manual_seed(mixer.seed)
-    if DEVICE.type == "cpu":   # the constructor's first draw came from the CPU training stream
-        orthogonal_gaussian(m, d, stream, DEVICE)
-    draws = [orthogonal_gaussian(m, d, stream, DEVICE).to(F64) for _ in range(4)]
+    made = {}   # training calls before a draw -> the draw (graph-safe mode draws every call)
+    draw = mixer._draw
+    mixer._draw = lambda device: made.setdefault(int(mixer.calls), draw(device))
     q, k, v, x = (t.detach() for t in inputs("performer", 2, 11))
     mask = lengths_mask([11, 6], 11).to(DEVICE)
-    # Training call t uses draw 1 + t // 3; eval calls neither redraw nor advance the schedule.
+    # Training call t uses the draw of call 3 * (t // 3); eval calls neither redraw nor advance the schedule.
     schedule = ["train", "eval", "train", "train", "eval", "eval", "train", "train", "train", "eval", "train"]
-    expected = [0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2]
+    expected = [0, 0, 0, 0, 0, 0, 3, 3, 3, 3, 6]
     seen = []
     for mode in schedule:
         mixer.train(mode == "train")
@@ -55,8 +55,19 @@ def test_performer_features_redrawn_every_interval_training_steps_never_at_eval(
             mixer(q, k, v, mask, x)
         seen.append(mixer.features.clone())
     for step, (feat, want) in enumerate(zip(seen, expected)):
-        assert torch.equal(feat, draws[want]), f"call {step} ({schedule[step]}) should use draw {want}"
-    assert mixer.training_calls == schedule.count("train")
+        assert torch.equal(feat, made[want].to(F64)), f"call {step} ({schedule[step]}) should use the draw of call {want}"
+    assert int(mixer.calls) == schedule.count("train") == mixer.get_extra_state()["training_calls"]
+    if not graph_safe_active():   # eager: the draws are the training stream's, after the constructor's
+        stream = torch.Generator(device=DEVICE).manual_seed(mixer.seed)
+
+        def randn(shape, dtype):
+            return torch.randn(shape, generator=stream, device=DEVICE, dtype=dtype)
+
+        if DEVICE.type == "cpu":   # the constructor's first draw came from the CPU training stream
+            orthogonal_gaussian(m, d, randn)
+        for call in (0, 3, 6):
+            assert torch.equal(made[call], orthogonal_gaussian(m, d, randn))
+        assert sorted(made) == [0, 3, 6] and mixer.training_calls == schedule.count("train")
 
 
 def test_reformer_rotations_fresh_per_training_step_fixed_at_eval():
