@@ -117,8 +117,9 @@ class Mixer(nn.Module):
         0 of another key, so it is deterministic like the generator's re-seeded evaluation stream."""
         if not self.training:
             return counter_random.key32(self.seed ^ 0x5EED), torch.zeros((), dtype=torch.int64, device=device)
-        count = self.draws.to(device).clone()
-        self.draws.add_(1)
+        count = self.draws.to(device)
+        # a new tensor, not add_: a compiled backward may recompute a draw from the count it saved
+        self.draws = self.draws + 1
         return counter_random.key32(self.seed), count
 
     def generator(self, device: torch.device | str) -> torch.Generator:

@@ -79,7 +79,7 @@ class ReformerAttention(Mixer):
     def rotations(self, n_buckets: int, device: torch.device, dtype: torch.dtype) -> Tensor:
         """Random rotations ``[H, n_hashes, Dh, n_buckets // 2]`` from this mixer's stream."""
         shape = (self.n_heads, self.n_hashes, self.head_dim, max(n_buckets // 2, 1))
-        return torch.randn(shape, generator=self.generator(device), device=device).to(dtype)
+        return self.randn(shape, device).to(dtype)
 
     def buckets(self, kn: Tensor, mask: Tensor, rot: Tensor, n_buckets: int) -> Tensor:
         """Bucket ids ``[B, H, R, N]``; padded tokens get ``n_buckets`` (sorted after every real one)."""

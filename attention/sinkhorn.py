@@ -19,7 +19,7 @@ Choices the paper leaves open, written down:
   shared by the heads, its output cut to the n_B blocks of the batch.
 * Defaults: block 32, 7 Sinkhorn iterations, temperature 0.75 (the settings the paper reports
   best, as used by the public PyTorch reproduction); Gumbel noise (Gumbel-Sinkhorn, Mena et al.
-  2018) is added in training only, drawn from the mixer's generator at the ``max_len`` size
+  2018) is added in training only, drawn from :meth:`Mixer.rand` at the ``max_len`` size
   ``[B, H, max_blocks, max_blocks]`` and cut to the batch's blocks (a draw of the batch's size
   would give a block other noise when the batch is padded further); eval uses no noise.
   ``block_size`` is clamped to ``max_len``. A length not divisible by the block is padded inside
@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import has_padding
+from attention.host_reads import graph_safe_active, has_padding
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 
 
@@ -67,6 +67,26 @@ def _with_sorted(x: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor) -> Tens
     mix = torch.matmul(s, own.reshape(b, h, nb, bs * d)).view(b, h, nb, bs, d)
     torch.mul(mix, inv[..., None], out=out[..., bs:, :])
     return out
+
+
+def sorted_block_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor,
+                           bias: Tensor, scale: float) -> Tensor:
+    """:class:`_SortedBlockAttention` in plain autograd ops, for graph-safe mode (its buffers are
+    written through ``out=`` views, which ``torch.compile`` cannot trace). Same values, same
+    dtype rule; autograd keeps more temporaries."""
+    out_dtype = q.dtype
+    dt = torch.promote_types(q.dtype, torch.promote_types(s.dtype, bias.dtype))
+    q, k, v, keep, s, inv, bias = (t if t is None else t.to(dt) for t in (q, k, v, keep, s, inv, bias))
+    b, h, nb, bs, d = q.shape
+    with torch.autocast(q.device.type, enabled=False):
+        def with_sorted(x: Tensor) -> Tensor:
+            own = x if keep is None else x * keep
+            mix = torch.matmul(s, own.reshape(b, h, nb, bs * d)).view(b, h, nb, bs, d)
+            return torch.cat([own, mix * inv[..., None]], dim=3)                 # [B, H, nB, 2bs, d]
+
+        keys, values = with_sorted(k), with_sorted(v)
+        w = torch.softmax((q * scale) @ keys.transpose(-1, -2) + bias[..., None, :], dim=-1)
+        return (w @ values).to(out_dtype)
 
 
 class _SortedBlockAttention(torch.autograd.Function):
@@ -194,8 +214,7 @@ class SinkhornAttention(Mixer):
         if self.training and self.gumbel_noise:
             # Drawn at the size of max_len and cut, so a block's noise does not depend on the padding.
             full = (*logits.shape[:-2], self.max_blocks, self.max_blocks)
-            u = torch.rand(full, generator=self.generator(logits.device), device=logits.device,
-                           dtype=logits.dtype)[..., :n_b, :n_b]
+            u = self.rand(full, logits.device, logits.dtype)[..., :n_b, :n_b]
             logits = logits - torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6)))
         logits = logits / self.temperature
         pair = (block_valid[:, :, None] & block_valid[:, None, :])[:, None]
@@ -230,6 +249,7 @@ class SinkhornAttention(Mixer):
         sorted_bias = torch.where(has_mass, torch.log(mass.clamp_min(min_mass)), torch.full_like(mass, neg))
         own_bias = torch.zeros_like(mf).masked_fill(~mb, neg)[:, None].expand(b, h, n_b, bs)
         bias = torch.cat([own_bias, sorted_bias], dim=3)                     # [B, H, n_B, 2bs]
-        out = _SortedBlockAttention.apply(qb, kb, vb, keep, s, inv_mass, bias, d ** -0.5)
+        attend = sorted_block_attention if graph_safe_active() else _SortedBlockAttention.apply
+        out = attend(qb, kb, vb, keep, s, inv_mass, bias, d ** -0.5)
         out = out.reshape(b, h, n_b * bs, d)[:, :, :n]
         return out if keep is None else zero_padded(out, mask, padded=True)

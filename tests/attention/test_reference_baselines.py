@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attention.host_reads import graph_safe_active
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx, softmax_reference
 from tests.reference import baselines as ref
 
@@ -77,15 +78,22 @@ def forward_with_draws(name: str, mixer, q, k, v, mask, x) -> tuple[torch.Tensor
             draws["rot"] = draw(*args)
             return draws["rot"]
         mixer.rotations = capture
-    if name == "sinkhorn" and mixer.training and mixer.gumbel_noise:
-        state = mixer.generator(DEVICE).get_state()
+    noisy = name == "sinkhorn" and mixer.training and mixer.gumbel_noise
+    if noisy:
+        eager = not graph_safe_active()
+        state = mixer.generator(DEVICE).get_state() if eager else None
+        rand = mixer.rand
+        mixer.rand = lambda *a: draws.setdefault("full", rand(*a))
     out = mixer(q, k, v, mask, x)
-    if name == "sinkhorn" and mixer.training and mixer.gumbel_noise:
-        g = torch.Generator(device=DEVICE)
-        g.set_state(state)
+    if noisy:
         nb = -(-q.shape[2] // mixer.block_size)
         shape = (q.shape[0], q.shape[1], mixer.max_blocks, mixer.max_blocks)
-        draws["u"] = torch.rand(shape, generator=g, device=DEVICE, dtype=F64)[..., :nb, :nb]
+        assert draws["full"].shape == shape, "Gumbel noise drawn at the max_len size"
+        draws["u"] = draws.pop("full")[..., :nb, :nb]
+        if eager:   # the draw is the training stream's
+            g = torch.Generator(device=DEVICE)
+            g.set_state(state)
+            assert torch.equal(draws["u"], torch.rand(shape, generator=g, device=DEVICE, dtype=F64)[..., :nb, :nb])
     return out, draws
 
 

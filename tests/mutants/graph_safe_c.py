@@ -23,8 +23,8 @@ MUTANTS = [
            "every sample gets the padded batch's plan (a padding block global, random blocks moved): "
            "the known port defect the eager grouping avoids", BIGBIRD),
     Mutant("graph-safe-clustered-planes-from-a-fixed-draw", "attention/base.py",
-           "        count = self.draws.to(device).clone()\n        self.draws.add_(1)",
-           "        count = torch.zeros((), dtype=torch.int64, device=device)",
+           "        self.draws = self.draws + 1\n",
+           "        self.draws = self.draws + 0\n",
            "graph-safe training draws never advance: the same planes, features and noise every step",
            CLUSTERED + ("tests/attention/test_graph_safe.py::test_counter_draws_advance_in_training_and_repeat_in_eval",)),
     Mutant("graph-safe-has-padding-reads-unpadded", "attention/host_reads.py",
