@@ -36,9 +36,11 @@ Choices the paper leaves open, written down:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
+from attention.host_reads import graph_safe_active
 from attention.masking import neg_fill, zero_padded
 
 
@@ -110,6 +112,10 @@ def _to_blocks(t: Tensor, scale: Tensor | None, block: int) -> Tensor:
     ``[B, 1, N, 1]`` multiplies the tokens on the way in."""
     b, h, n, d = t.shape
     nb = -(-n // block)
+    if graph_safe_active():   # the same blocks by padding (``torch.compile`` cannot write out= views)
+        rows = t.transpose(-1, -2) if scale is None else t.transpose(-1, -2) * scale.transpose(-1, -2)
+        rows = F.pad(rows, (0, (nb + 1) * block - n)).reshape(b, h, d * (nb + 1), block)
+        return F.pad(rows, (0, 0, 1, 1))
     buf = t.new_zeros(b, h, d * (nb + 1) + 2, block)
     body = buf[:, :, 1:-1].view(b, h, d, (nb + 1) * block)[..., :n]
     if scale is None:
