@@ -39,3 +39,23 @@ MUTANTS = [
            "24 hash bits in float32: the top value rounds to 1.0 (log(1 - u) = -inf in Gumbel noise)",
            ("tests/attention/test_counter_random.py",)),
 ]
+
+STATE = "tests/attention/test_reference_baselines_state.py"
+MUTANTS += [
+    Mutant("graph-safe-performer-first-call-keeps-the-construction-draw", "attention/performer.py",
+           "            due = self.calls == 0\n",
+           "            due = self.calls < 0\n",
+           "graph-safe Performer skips the redraw of the first training call (the schedule starts late)",
+           (f"{STATE}::test_performer_features_redrawn_every_interval_training_steps_never_at_eval",
+            "tests/attention/test_reference_grid.py::test_performer_grid")),
+    Mutant("graph-safe-sinkhorn-sorted-rows-not-normalised", "attention/sinkhorn.py",
+           "            return torch.cat([own, mix * inv[..., None]], dim=3)",
+           "            return torch.cat([own, mix], dim=3)",
+           "graph-safe Sinkhorn uses the sorted mixture sum, not its conditional mean",
+           ("tests/attention/test_reference_baselines.py::test_sinkhorn_equals_reference",)),
+    Mutant("graph-safe-nystromformer-conv-frame-shifted", "attention/nystromformer.py",
+           "        return F.pad(rows, (0, 0, 1, 1))",
+           "        return F.pad(rows, (0, 0, 2, 0))",
+           "graph-safe Nystromformer's skip convolution reads its blocks one block off",
+           ("tests/attention/test_reference_baselines.py::test_nystromformer_equals_reference",)),
+]
