@@ -17,7 +17,7 @@ def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest'
     secs = sum(sum(t) for t in TIMES.values())
     slowest = sorted(TIMES, key=lambda c: -sum(TIMES[c]))[:3]
     terminalreporter.write_line(
-        f"settings grid: {ran} of {total} points over {len(TIMES)} configs in {secs:.1f} s "
+        f"settings grid: {ran} point runs ({total} points, each eager and graph-safe) over {len(TIMES)} configs in {secs:.1f} s "
         f"(slowest: {', '.join(f'{c} {len(TIMES[c])} points {sum(TIMES[c]):.1f} s' for c in slowest)})")
 
 
