@@ -244,7 +244,7 @@ def _train_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[]
 
     def step() -> None:
         opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(ids, mask), labels)
+        loss = F.cross_entropy(model(ids, mask, padded=False), labels)  # stated, as LRAModule does
         aux = model.pop_aux_loss()
         (loss if aux is None else loss + aux).backward()
         opt.step()
@@ -256,6 +256,7 @@ def _block_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[]
     from hydra.utils import instantiate
 
     from attention.base import Mixer
+    from attention.host_reads import batch_padding
     from models.encoder import EncoderBlock
 
     b, n, d = spec["batch_size"], spec["length"], spec["d_model"]
@@ -269,7 +270,8 @@ def _block_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[]
     def step() -> None:
         block.zero_grad(set_to_none=True)
         x.grad = None
-        loss = block(x, mask).pow(2).mean()
+        with batch_padding(mask, padded=False):   # stated on the host, as the network does per batch
+            loss = block(x, mask).pow(2).mean()
         for mx in mixers:
             if mx.aux_loss is not None:
                 loss = loss + mx.aux_loss.reshape(())
