@@ -93,16 +93,23 @@ class BigBirdAttention(Mixer):
 
         Rows of the global blocks (0 and nb-1) are meaningless (those blocks read everything).
         """
+        return self._random_candidates(0, nb, torch.full((), nb - 1, device=self.rand_priority.device))
+
+    def _random_candidates(self, start: int, nb: int, last: Tensor) -> tuple[Tensor, Tensor]:
+        """Random key blocks of query blocks ``start..nb-1`` among ``nb`` blocks whose last real one
+        is ``last`` (0-dim: one plan; ``[B]``: one per sample): the highest priorities outside the
+        window, the first block and ``last`` and beyond. ``idx, valid [(B,) H, nb - start, r]``; a
+        slot is invalid where fewer candidates exist than ``r``."""
         if nb > self.rand_priority.shape[1]:
             raise ValueError(f"bigbird: sequence of {nb} blocks exceeds max_len={self.max_len} "
                              f"({self.rand_priority.shape[1]} blocks of {self.block_size}); raise task.max_len")
         dev = self.rand_priority.device
-        a = torch.arange(nb, device=dev)
+        a = torch.arange(start, nb, device=dev)[:, None]
+        c = torch.arange(nb, device=dev)[None, :]
         w = self.window_blocks // 2
-        excluded = ((a[:, None] - a[None, :]).abs() <= w) | (a[None, :] == 0) | (a[None, :] == nb - 1)
-        pri = self.rand_priority[:, :nb, :nb].masked_fill(excluded, -1)
-        r = min(self.num_random_blocks, nb)
-        val, idx = pri.topk(r, dim=-1)
+        excluded = ((a - c).abs() <= w) | (c == 0) | (c >= last[..., None, None])     # [(B,) nb - start, nb]
+        pri = self.rand_priority[:, start:nb, :nb].masked_fill(excluded.unsqueeze(-3), -1)
+        val, idx = pri.topk(min(self.num_random_blocks, nb), dim=-1)
         return idx, val >= 0
 
     def _table(self, nb: int) -> tuple[Tensor, Tensor]:
@@ -167,8 +174,6 @@ class BigBirdAttention(Mixer):
         qs = q * (1.0 / math.sqrt(q.shape[-1]))
         qb, kb, vb, mb = to_blocks(qs, bs), to_blocks(k, bs), to_blocks(v, bs), mask_blocks(mask, bs)
         b, h, nb, _, d = qb.shape
-        if nb > self.rand_priority.shape[1]:
-            self.random_blocks(nb)  # raises, naming task.max_len
         dev = q.device
         pos = torch.arange(1, n + 1, device=dev)
         last = torch.div((pos * mask).amax(dim=-1) + bs - 1, bs, rounding_mode="floor").sub(1).clamp_min(0)  # [B]
@@ -200,16 +205,13 @@ class BigBirdAttention(Mixer):
         dev, b, h = last.device, last.shape[0], self.rand_priority.shape[0]
         w = self.window_blocks // 2
         a = torch.arange(1, nb, device=dev)[:, None]                                      # query blocks
-        c = torch.arange(nb, device=dev)
         lst = last[:, None, None]                                                        # [B, 1, 1]
         win = a + torch.arange(-w, w + 1, device=dev)[None, :]                           # [nb-1, W]
         win_valid = (win > 0) & (win < lst)                                              # [B, nb-1, W]
         glob = torch.stack(torch.broadcast_tensors(torch.zeros_like(lst), lst), -1).expand(b, nb - 1, 1, 2)
-        excluded = ((a - c[None, :]).abs() <= w) | (c == 0) | (c[None, None, :] >= lst)  # [B, nb-1, nb]
-        pri = self.rand_priority[:, 1:nb, :nb].masked_fill(excluded[:, None], -1)        # [B, H, nb-1, nb]
-        val, ridx = pri.topk(min(self.num_random_blocks, nb), dim=-1)
+        ridx, rvalid = self._random_candidates(1, nb, last)                              # [B, H, nb-1, r]
         idx = torch.cat([glob.reshape(b, 1, nb - 1, 2).expand(b, h, -1, -1),
                          win.clamp(0, nb - 1).expand(b, h, -1, -1), ridx], -1)
         valid = torch.cat([torch.ones(b, h, nb - 1, 2, dtype=torch.bool, device=dev),
-                           win_valid[:, None].expand(b, h, -1, -1), val >= 0], -1)
+                           win_valid[:, None].expand(b, h, -1, -1), rvalid], -1)
         return idx, valid

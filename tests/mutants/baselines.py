@@ -137,9 +137,9 @@ MUTANTS = [
            "known port defect: a fixed hashing key (no fresh rotations in training)", (ROTATIONS,)),
     # ------------------------------------------------------------------ bigbird
     Mutant("baselines-bigbird-new-plan-every-call", "attention/bigbird.py",
-           "pri = self.rand_priority[:, :nb, :nb].masked_fill(excluded, -1)",
-           "pri = torch.randint(0, 1 << 30, self.rand_priority[:, :nb, :nb].shape, device=dev)"
-           ".masked_fill(excluded, -1)",
+           "pri = self.rand_priority[:, start:nb, :nb].masked_fill(excluded.unsqueeze(-3), -1)",
+           "pri = torch.randint(0, 1 << 30, self.rand_priority[:, start:nb, :nb].shape, device=dev)"
+           ".masked_fill(excluded.unsqueeze(-3), -1)",
            "known port defect: a new random plan every call", ref("bigbird")),
     Mutant("baselines-bigbird-float-priorities", "attention/bigbird.py",
            "ranks = torch.rand(n_heads, nb_max, nb_max, generator=g).argsort(dim=-1).argsort(dim=-1)",
@@ -149,9 +149,8 @@ MUTANTS = [
            "if sizes[0] == sizes[-1] == math.ceil(n / bs):", "if True:",
            "plan (last global block, random candidates) follows the padded batch length", ref("bigbird", PADDING)),
     Mutant("baselines-bigbird-random-from-first-blocks", "attention/bigbird.py",
-           "excluded = ((a[:, None] - a[None, :]).abs() <= w) | (a[None, :] == 0) | (a[None, :] == nb - 1)",
-           "excluded = ((a[:, None] - a[None, :]).abs() <= w) | (a[None, :] == 0) | (a[None, :] == nb - 1)"
-           " | (a[None, :] >= 4)",
+           "excluded = ((a - c).abs() <= w) | (c == 0) | (c >= last[..., None, None])",
+           "excluded = ((a - c).abs() <= w) | (c == 0) | (c >= last[..., None, None]) | (c >= 4)",
            "known port defect: random blocks drawn only from the first blocks", ref("bigbird")),
     Mutant("baselines-bigbird-last-block-not-global", "attention/bigbird.py",
            "glob = (torch.arange(2, device=dev) * (nb - 1))", "glob = (torch.arange(2, device=dev) * 0)",
