@@ -61,6 +61,10 @@ def _with_sorted(x: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor) -> Tens
     ``keep``), then its sorted slots ``(sum_j S_ij x_j) * inv_i`` (the conditional mean), written
     straight into one buffer (no concatenation, no contiguous copy of ``x``)."""
     b, h, nb, bs, d = x.shape
+    if graph_safe_active():   # the same rows by concatenation (``torch.compile`` cannot write out= views)
+        own = x if keep is None else x * keep
+        mix = torch.matmul(s, own.reshape(b, h, nb, bs * d)).view(b, h, nb, bs, d)
+        return torch.cat([own, mix * inv[..., None]], dim=3)
     out = x.new_empty(b, h, nb, 2 * bs, d)
     own = out[..., :bs, :]
     own.copy_(x) if keep is None else torch.mul(x, keep, out=own)
@@ -77,14 +81,8 @@ def sorted_block_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None,
     out_dtype = q.dtype
     dt = torch.promote_types(q.dtype, torch.promote_types(s.dtype, bias.dtype))
     q, k, v, keep, s, inv, bias = (t if t is None else t.to(dt) for t in (q, k, v, keep, s, inv, bias))
-    b, h, nb, bs, d = q.shape
     with torch.autocast(q.device.type, enabled=False):
-        def with_sorted(x: Tensor) -> Tensor:
-            own = x if keep is None else x * keep
-            mix = torch.matmul(s, own.reshape(b, h, nb, bs * d)).view(b, h, nb, bs, d)
-            return torch.cat([own, mix * inv[..., None]], dim=3)                 # [B, H, nB, 2bs, d]
-
-        keys, values = with_sorted(k), with_sorted(v)
+        keys, values = _with_sorted(k, keep, s, inv), _with_sorted(v, keep, s, inv)   # [B, H, nB, 2bs, d]
         w = torch.softmax((q * scale) @ keys.transpose(-1, -2) + bias[..., None, :], dim=-1)
         return (w @ values).to(out_dtype)
 
