@@ -21,7 +21,6 @@ from pytorch_lightning.callbacks import Callback
 
 from lra.badinput import UserError
 
-log = logging.getLogger(__name__)
 # Dynamo's "recompiles" artifact logger: one DEBUG record per recompile, with the failed guards.
 RECOMPILES_LOGGER = "torch._dynamo.guards.__recompiles"
 
@@ -38,7 +37,7 @@ def trainer_settings(trainer_cfg: Any) -> tuple[Any, CompileNetwork | None]:
     settings = OmegaConf.to_container(trainer_cfg, resolve=True)
     compile_on = bool(settings.pop("compile", False))
     limit = settings.pop("compile_limit", None)
-    return OmegaConf.create(settings), (CompileNetwork(int(limit or 32)) if compile_on else None)
+    return OmegaConf.create(settings), (CompileNetwork(32 if limit is None else int(limit)) if compile_on else None)
 
 
 class RecompileStorm(UserError, RuntimeError):
@@ -92,7 +91,9 @@ class CompileNetwork(Callback):
 
     def storm(self, error: BaseException) -> RecompileStorm | None:
         """The clear error for ``error`` if it is Dynamo's recompile-limit failure, else None."""
-        if "recompile_limit" not in str(error) and type(error).__name__ != "FailOnRecompileLimitHit":
+        from torch._dynamo.exc import FailOnRecompileLimitHit
+
+        if not isinstance(error, FailOnRecompileLimitHit):
             return None
         reasons = "; ".join(_first_guard(r) for r in self.recompiles.reasons[-3:]) or "not logged"
         return RecompileStorm(

@@ -12,7 +12,7 @@ training mode, :mod:`tests.graph_safe`):
   decompositions and forward/backward partition Inductor gets, run by eager kernels; plain
   ``aot_eager`` hits a PyTorch stride bug in the traced backward of ``elu`` under a transpose);
   one config per attention module with Inductor, the backend ``trainer.compile`` uses, which
-  generates C++ on CPU (8-12 s per config here).
+  generates C++ on CPU (2-18 s per config, measured in a full run).
 
 The float64 reference tests run in both modes (``attention_mode`` in ``conftest.py``).
 """
