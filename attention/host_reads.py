@@ -68,9 +68,14 @@ def graph_safe_active() -> bool:
 
 @contextmanager
 def graph_safe(on: bool = True) -> Iterator[None]:
-    """Within the block (``on``), attention code takes no host read and draws counter-based randoms."""
+    """Within the block (``on``), attention code takes no host read and draws counter-based randoms.
+
+    ``on=False`` switches nothing off: inside an enclosing graph-safe block the code stays graph-safe.
+    The switch does nest: ``LRAClassifier.forward`` enters ``graph_safe(self.graph_safe)`` on every
+    call, and a caller that runs a network built without the flag inside its own graph-safe block
+    (a test, a tool) must still get no host read and the counter-based draws."""
     before = _STATE.graph_safe
-    _STATE.graph_safe = on or before
+    _STATE.graph_safe = on or before    # never ``on``: a nested False would undo the caller's block
     try:
         yield
     finally:

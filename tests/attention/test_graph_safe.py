@@ -113,3 +113,29 @@ def test_counter_draws_advance_in_training_and_repeat_in_eval() -> None:
     mixer.draws.zero_()
     mixer.set_extra_state(state)
     assert int(mixer.draws) == 2
+
+
+def test_nested_off_leaves_an_enclosing_block_on() -> None:
+    """``graph_safe(False)`` inside a graph-safe block (the network's own switch, entered on every
+    forward) keeps the block graph-safe; on its own it stays off."""
+    with graph_safe():
+        with graph_safe(False):
+            assert graph_safe_active()
+        assert graph_safe_active()
+    with graph_safe(False):
+        assert not graph_safe_active()
+    assert not graph_safe_active()
+
+
+def test_network_without_the_flag_draws_graph_safe_inside_a_block() -> None:
+    """A network built with ``graph_safe=False`` and called inside a graph-safe block draws
+    counter-based randoms (its mixers' draw counters advance) and reads no mask."""
+    from attention.base import Mixer
+    from tests.tiny_network import step_batch, tiny_network, training_loss
+
+    net = tiny_network("abc_rd", n_layers=1).train()
+    ids, mask, label = step_batch(True)
+    with graph_safe():
+        training_loss(net, ids, mask, label)
+    draws = [int(m.draws) for m in net.modules() if isinstance(m, Mixer)]
+    assert draws and all(d > 0 for d in draws), f"draw counters {draws}: the nested switch turned graph-safe off"
