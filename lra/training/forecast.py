@@ -11,12 +11,22 @@ Choices, written down:
   batch (a forward pass of a backward-and-step training step, same batch size), and said to be an
   estimate; after it, the measured time of the last validation is used.
 * The test pass at the end (one pass over the test set) is not in the ETA; the forecast says so.
+* The step cost is the median of the last ``STEP_WINDOW`` timed steps, not of all of them: it
+  follows a change of load or machine, and the ETA the progress bar asks for after every step costs
+  the same at step 60,000 as at step 10 (a median over every step sorted a growing list each step).
+* The run's wall clock is checkpointed (``state_dict``): a run resumed, here or on another machine,
+  records one *segment* per stretch of training (steps from..to, active seconds, the machine), so
+  ``efficiency.wall`` in the record says how long the run took in all, where, and what the first
+  measured forecast of the run had said. Time after a segment's last checkpoint is redone by the
+  resume, so it is not counted. The test pass is timed on its own (``test_s``).
 """
 from __future__ import annotations
 
 import logging
+import socket
 import statistics
 import time
+from collections import deque
 from typing import Any
 
 import pytorch_lightning as pl
@@ -25,9 +35,11 @@ from pytorch_lightning.callbacks import RichProgressBar
 from pytorch_lightning.callbacks.progress.rich_progress import CustomTimeColumn
 
 from lra.data.progress import human
+from lra.stamp import cpu_model
 
 log = logging.getLogger(__name__)
 FORWARD_SHARE = 1 / 3  # forward cost / (forward + backward + optimiser step), for the first estimate
+STEP_WINDOW = 200  # timed steps the step cost is the median of
 
 
 def _count(limit: int | float | None, available: int) -> int:
@@ -54,8 +66,15 @@ class RunForecast(pl.Callback):
         self.protocol = protocol
         self.estimate_after = estimate_after
         self.skip = skip
-        self.step_times: list[float] = []
+        self.step_times: deque[float] = deque(maxlen=STEP_WINDOW)
         self.val_seconds: float | None = None
+        self.segments: list[dict[str, Any]] = []  # earlier stretches of this run (from its checkpoint)
+        self.first_forecast: dict[str, Any] | None = None
+        self.test_seconds: float | None = None
+        self._segment: dict[str, Any] | None = None  # the stretch training now
+        self._segment_t0: float | None = None
+        self._fit_over = False
+        self._test_t0: float | None = None
         self.max_steps = 0
         self.val_every: int | None = None
         self.val_batches = 0
@@ -76,6 +95,10 @@ class RunForecast(pl.Callback):
         except (TypeError, AttributeError, NotImplementedError):
             self.val_batches = 0
         start = trainer.global_step
+        self._segment = {"from_step": start, "to_step": start, "seconds": 0.0, "forecast_s": None,
+                         "host": socket.gethostname(), "cpu": cpu_model(), "device": _device_name(pl_module),
+                         "threads": torch.get_num_threads()}
+        self._segment_t0 = time.perf_counter()
         vals = self.validations_left(start)
         where = f"from step {start} " if start else ""
         log.info("plan%s: %d training steps %s(%s), %d validations of %d batches; "
@@ -94,6 +117,8 @@ class RunForecast(pl.Callback):
         self._t0 = time.perf_counter()
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if self._segment is not None:
+            self._segment["to_step"] = trainer.global_step
         if self._t0 is None:
             return
         self._seen += 1
@@ -115,6 +140,59 @@ class RunForecast(pl.Callback):
         if not self._said_measured and self.step_times:
             self._said_measured = True
             log.info("measured: %s", self.describe(trainer.global_step))
+            self._keep_forecast(trainer.global_step)
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.segments = self.wall_segments()
+        self._segment = self._segment_t0 = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # before Lightning restores callbacks from the checkpoint the test loads (the best one, an
+        # older state): it must not replace this run's clock. A run resumed at its last step runs
+        # no training hook at all, so the end of fit cannot say it.
+        self._fit_over = stage != "fit"
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._test_t0 = time.perf_counter()
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._test_t0 is not None:
+            self.test_seconds = time.perf_counter() - self._test_t0
+
+    # ------------------------------------------------------------------ wall clock (checkpointed)
+    def wall_segments(self) -> list[dict[str, Any]]:
+        """Every stretch of this run so far, the current one up to now."""
+        if self._segment is None or self._segment_t0 is None:
+            return list(self.segments)
+        return [*self.segments, {**self._segment, "seconds": time.perf_counter() - self._segment_t0}]
+
+    def _keep_forecast(self, step: int) -> None:
+        """The first measured forecast of the segment (and of the run), to hold against the time taken."""
+        eta = self.eta_seconds(step)
+        if eta is None or self._segment is None:
+            return
+        self._segment["forecast_s"] = eta
+        if self.first_forecast is None:
+            elapsed = sum(s["seconds"] for s in self.wall_segments())
+            self.first_forecast = {"at_step": step, "elapsed_s": elapsed, "eta_s": eta, "total_s": elapsed + eta}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"segments": self.wall_segments(), "first_forecast": self.first_forecast}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self._fit_over:  # Lightning restores callbacks from the best checkpoint the test loads
+            return
+        self.segments = [dict(s) for s in state.get("segments", [])]
+        self.first_forecast = state.get("first_forecast")
+
+    def record_fields(self) -> dict[str, Any]:
+        segments = self.wall_segments()
+        return {"wall": {
+            "segments": segments, "train_s": sum(s["seconds"] for s in segments) if segments else None,
+            "test_s": self.test_seconds, "first_forecast": self.first_forecast,
+            "note": "active seconds of fit (training and validations) per stretch between resumes; "
+                    "the test pass apart",
+        }}
 
     # ------------------------------------------------------------------ forecast
     def step_seconds(self) -> float | None:
@@ -145,6 +223,11 @@ class RunForecast(pl.Callback):
         return (f"{human(train + val)} left = {human(train)} training ({per_step:.2f} s/step x {self.max_steps - step} steps)"
                 f" + {human(val)} validation ({vals} x {per_val or 0:.1f} s, "
                 f"{'measured' if measured else 'estimated until the first validation'}); the final test pass comes on top")
+
+
+def _device_name(pl_module: pl.LightningModule) -> str:
+    device = pl_module.device
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
 
 
 class _ForecastTimeColumn(CustomTimeColumn):

@@ -77,11 +77,23 @@ def find_previous(results_dir: str | Path, key: str) -> tuple[dict | None, dict 
     return (unfinished[-1] if unfinished else None), (finished[-1] if finished else None)
 
 
+def boot_id() -> str | None:
+    """This boot of this machine (Linux; None elsewhere). Host names cannot tell machines apart:
+    sandboxes and containers share names such as ``vm``, and their small pids come round again."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip() or None
+    except OSError:
+        return None
+
+
 def still_running(record: dict) -> bool:
     """A ``running`` record whose process is alive on this machine: an identical command started
-    alongside, not a killed run to resume. (Another machine's process cannot be checked: resumable.)"""
+    alongside, not a killed run to resume. Another machine's process, or one from an earlier boot
+    (a record committed and checked out elsewhere), cannot be checked: resumable."""
     pid = record.get("pid")
     if record["status"] != "running" or not pid or record.get("host") != socket.gethostname() or pid == os.getpid():
+        return False
+    if record.get("boot") and record["boot"] != boot_id():
         return False
     try:
         os.kill(int(pid), 0)

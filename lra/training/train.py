@@ -22,7 +22,8 @@ from lra.training.forecast import RunForecast, StepProgressBar, cpu_hint
 from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, write_predictions
 from lra.training.checkpoints import AtomicCheckpointIO, LastCheckpoint, best_checkpoint
 from lra.training.compile import CompileNetwork, trainer_settings
-from lra.training.resume import GracefulStop, StopRequested, check_checkpoint, find_previous, identical_run_lock, run_key
+from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, find_previous, identical_run_lock,
+                                 run_key)
 from lra.training.threads import apply_threads
 from models.module import LRAModule
 from models.network import LRAClassifier
@@ -246,7 +247,7 @@ def _run_locked(cfg: DictConfig, threads: int | None) -> dict[str, Any]:
     if isinstance(record, dict):  # already finished: report its result, add no record
         return {**record.get("metrics", {}), "skipped": record["run_id"]}
     # pid/host: a later identical command tells a live run (leave it) from a killed one (resume it)
-    record.update(efficiency={"threads": threads}, pid=os.getpid(), host=socket.gethostname()).write()
+    record.update(efficiency={"threads": threads}, pid=os.getpid(), host=socket.gethostname(), boot=boot_id()).write()
     os.environ[ENV_RUN_ID] = record.data["run_id"]
     os.environ[ENV_RESUME_FROM] = resume_from or ""
     stop = GracefulStop(last_checkpoint(cfg, Path(cfg.paths.checkpoint_dir) / record.data["run_id"])).install()

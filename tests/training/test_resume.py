@@ -58,6 +58,10 @@ def outcome(cwd: Path) -> dict:
     assert rec["status"] == "finished", rec.get("error")
     ckpt_dir = cwd / "checkpoints" / rec["run_id"]
     best = sorted(p.name for p in ckpt_dir.glob("best-*.ckpt"))
+    # the wall clock runs through every resume: stretches that join up from step 0 to the end
+    steps = [(s["from_step"], s["to_step"]) for s in rec["efficiency"]["wall"]["segments"]]
+    assert steps[0][0] == 0 and steps[-1][1] == rec["metrics"]["train_steps"], steps
+    assert all(a[1] == b[0] for a, b in zip(steps, steps[1:])), steps
     return {"metrics": {k: rec["metrics"][k] for k in COMPARED}, "curve": rec["learning_curve"], "best": best,
             "run_id": rec["run_id"], "resumed": rec.get("resumed", False), "restarts": rec.get("restart_count", 0)}
 

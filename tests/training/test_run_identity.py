@@ -158,18 +158,51 @@ def test_a_live_identical_run_is_left_alone_a_killed_one_is_resumable():
     import subprocess
     import sys
 
-    from lra.training.resume import still_running
+    from lra.training.resume import boot_id, still_running
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         here = {"status": "running", "pid": proc.pid, "host": socket.gethostname()}
-        assert still_running(here)
+        assert still_running(here) and still_running({**here, "boot": boot_id()})
         assert not still_running({**here, "host": "another-machine"})  # cannot tell: resumable
+        # a record committed on another machine of the same host name, whose pid is alive here by chance
+        assert boot_id() is not None and not still_running({**here, "boot": "another-boot"})
         assert not still_running({**here, "status": "interrupted"})
     finally:
         proc.kill()
         proc.wait()
     assert not still_running(here)  # killed: resume it
+
+
+def test_forecast_follows_the_recent_steps_in_bounded_work():
+    """The progress bar asks for the ETA after every step: its cost must not grow with the step count."""
+    from lra.training.forecast import STEP_WINDOW
+
+    f = RunForecast("xiong2021")
+    f.max_steps = 100_000
+    for i in range(10 * STEP_WINDOW):
+        f.step_times.append(1.0 if i < 9 * STEP_WINDOW else 3.0)  # the load tripled for the last window
+    assert len(f.step_times) == STEP_WINDOW and f.step_seconds() == 3.0
+
+
+def test_wall_clock_survives_a_resume_and_not_the_tests_checkpoint():
+    first = RunForecast("xiong2021")
+    first._segment, first._segment_t0 = {"from_step": 0, "to_step": 0, "seconds": 0.0}, 0.0
+    first._segment["to_step"] = 100
+    first.first_forecast = {"at_step": 50, "elapsed_s": 60.0, "eta_s": 600.0, "total_s": 660.0}
+    state = first.state_dict()  # what last.ckpt holds
+    (seg,) = state["segments"]
+    assert seg["to_step"] == 100 and seg["seconds"] > 0
+    resumed = RunForecast("xiong2021")
+    resumed.load_state_dict(state)
+    resumed.segments[0]["seconds"] = 100.0
+    resumed._segment, resumed._segment_t0 = {"from_step": 100, "to_step": 200, "seconds": 0.0}, 0.0
+    resumed.on_train_end(None, None)
+    resumed.setup(None, None, "test")
+    resumed.load_state_dict({"segments": [], "first_forecast": None})  # the best checkpoint the test loads
+    wall = resumed.record_fields()["wall"]
+    assert [(s["from_step"], s["to_step"]) for s in wall["segments"]] == [(0, 100), (100, 200)]
+    assert wall["train_s"] > 100.0 and wall["first_forecast"]["total_s"] == 660.0
 
 
 def test_cpu_runs_point_at_the_quick_preset(caplog):
