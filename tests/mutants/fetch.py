@@ -1,7 +1,9 @@
-"""Mutants of mode=fetch (issue 24): verification, resume, atomic placement, member selection."""
+"""Mutants of mode=fetch (issues 24 and 36): verification, resume, atomic placement, member selection;
+stalls, full disks, interrupted replacements, links, the lock (issue 36, tests/data/test_fetch_faults.py)."""
 from tests.mutants import Mutant
 
 T = "tests/data/test_fetch.py::"
+F = "tests/data/test_fetch_faults.py::"
 MUTANTS = [
     Mutant("fetch-sha256-unchecked", "lra/data/download.py",
            "    elif expected.sha256 and sha256 is not None and sha256 != expected.sha256.lower():",
@@ -57,4 +59,89 @@ MUTANTS = [
            "Get them with: python run.py \"\n                f\"mode=fit task=retrieval",
            "the missing-data error no longer names the fetch command",
            (T + "test_missing_data_errors_name_the_fetch_command_first",)),
+    # issue 36: the planted changes no test caught
+    Mutant("fetch-rename-then-verify", "lra/data/download.py",
+           "    try:\n        check(url, expected, size, digest, removed=part.path)\n    except BadInputError:\n"
+           "        part.path.unlink()\n        raise\n    os.replace(part.path, dest)",
+           "    os.replace(part.path, dest)\n    try:\n        check(url, expected, size, digest, removed=dest)\n"
+           "    except BadInputError:\n        dest.unlink()\n        raise",
+           "the .part is renamed into place before it is verified (a bad one is removed again, but dest held it)",
+           (F + "test_the_part_is_verified_before_it_is_renamed",)),
+    Mutant("fetch-reconnects-counted-in-total", "lra/data/download.py",
+           "        self.count = 1 if pos - self.mark >= self.opts.min_progress else self.count + 1",
+           "        self.count += 1",
+           "reconnects counted in total, so progress never resets them",
+           (F + "test_reconnects_are_counted_in_a_row",)),
+    Mutant("fetch-empty-folder-in-place", "lra/data/fetch.py",
+           "    if not unit.dest.exists() or force:\n        return False",
+           "    if not unit.dest.exists() or force:\n        return False\n    if not any(unit.dest.iterdir()):\n"
+           "        return True",
+           "an existing but empty folder counts as a complete unit and is skipped as already there",
+           (F + "test_an_empty_folder_is_not_a_complete_one",)),
+    Mutant("fetch-empty-members-folder-complete", "lra/data/archives.py",
+           '        return [] if folder.exists() and any(folder.iterdir()) else ["its files"]',
+           '        return [] if folder.exists() else ["its files"]',
+           "an existing but empty release folder (fetch.members) counts as complete",
+           (F + "test_an_empty_folder_is_not_a_complete_one",)),
+    Mutant("fetch-local-archive-size-only", "lra/data/fetch.py",
+           "        check(origin, expected, tally.size, tally.sha256, local=local is not None)",
+           "        check(origin, expected, tally.size, None, local=local is not None)",
+           "a fetch.from or kept archive is verified by its size only, not its sha256",
+           (F + "test_a_local_archive_of_the_right_size_is_checked_by_its_sha256",)),
+    Mutant("fetch-gzip-not-read-to-end", "lra/data/fetch.py",
+           "            while gz.read(CHUNK):  # to the end: gzip checks its CRC-32 and length of the whole content\n"
+           "                pass\n", "",
+           "the release's gzip stream is not read to its end: its CRC-32 and length go unchecked",
+           (F + "test_the_release_gzip_stream_is_read_to_its_end",)),
+    Mutant("fetch-one-from-file-for-all", "lra/data/fetch.py",
+           "        if path.name == source.filename or (len(opts.from_files) == 1 and len(needed) == 1):",
+           "        if path.name == source.filename or len(opts.from_files) == 1:",
+           "one fetch.from file is used for every archive a multi-task fetch needs",
+           (F + "test_a_single_from_file_is_used_for_its_own_archive_only",)),
+    # issue 36: the faults
+    Mutant("fetch-stall-loses-the-block", "lra/data/download.py",
+           "        return resp.read1(n)", "        return resp.read(n)",
+           "a download's read waits for a whole block: a stall throws away what arrived",
+           (F + "test_a_stall_keeps_what_arrived_on_every_connection",)),
+    Mutant("fetch-stream-stall-loses-the-block", "lra/data/download.py",
+           "                n = self.resp.readinto1(b)", "                n = self.resp.readinto(b)",
+           "the streamed release's read waits for a whole block: a stall throws away what arrived",
+           (F + "test_a_stall_keeps_what_arrived_on_every_connection",)),
+    Mutant("fetch-stall-never-given-up", "lra/data/download.py",
+           "        self.count = 1 if pos - self.mark >= self.opts.min_progress else self.count + 1",
+           "        self.count = 1 if pos > self.mark else self.count + 1",
+           "any byte resets the count: a server that sends a little and stalls every time is never given up",
+           (F + "test_a_server_that_stalls_every_time_is_given_up_with_its_bytes_kept",)),
+    Mutant("fetch-disk-full-traceback", "lra/data/download.py",
+           "        if isinstance(e, OSError) and e.errno in DISK_ERRORS:\n            raise _disk_full(e, part.path, total)",
+           "        if False:\n            raise _disk_full(e, part.path, total)",
+           "a full disk during a download is a traceback instead of an error: line",
+           (F + "test_full_disk_while_downloading_is_an_error_and_the_bytes_are_kept",)),
+    Mutant("fetch-tasks-placed-one-by-one", "lra/data/fetch.py",
+           "                ready[unit] = archives.finalise(unit, staged[unit], source.filename, log)",
+           "                ready[unit] = archives.finalise(unit, staged[unit], source.filename, log)\n"
+           "                archives.place_all([(ready[unit], unit.dest)])\n"
+           "                ready[unit] = archives.staging_dir(unit) / 'ready'\n"
+           "                shutil.copytree(unit.dest, ready[unit])",
+           "each task of a release is put in place as soon as it is checked: a later failing task leaves earlier ones",
+           (F + "test_a_later_task_failing_puts_no_task_in_place",)),
+    Mutant("fetch-replaced-copy-never-removed", "lra/data/archives.py",
+           "    return stale_staging(unit) + sorted(unit.dest.parent.glob(f\".{unit.dest.name}{REPLACED}*\"))",
+           "    return stale_staging(unit)",
+           "the old copy an interrupted fetch.force left is never removed",
+           (F + "test_ctrl_c_while_the_old_copy_is_removed",)),
+    Mutant("fetch-links-skipped", "lra/data/archives.py",
+           "            why = refusal(member)\n            if why:",
+           "            why = refusal(member)\n            if why and not (member.issym() or member.islnk()):",
+           "link members are skipped in silence (a linked folder becomes a plain one)",
+           (F + "test_links_and_absolute_names_are_refused_wherever_they_are",)),
+    Mutant("fetch-lock-wait-silent", "lra/data/fetch.py",
+           '        log(f"{label}: {_holder_text(lock)}: waiting', '        (f"{label}: {_holder_text(lock)}: waiting',
+           "a second fetch waits on the lock without a word",
+           (F + "test_a_second_fetch_says_who_holds_the_lock_and_waits",)),
+    Mutant("fetch-ctrl-c-empty-line", "run.py",
+           "    except KeyboardInterrupt as e:\n        print(f\"run.py: {str(e) or 'interrupted'}\"",
+           "    except KeyboardInterrupt as e:\n        print(f\"run.py: {e or 'interrupted'}\"",
+           "Ctrl-C during a fetch prints an empty 'run.py: ' line",
+           (F + "test_ctrl_c_line_says_interrupted",)),
 ]
