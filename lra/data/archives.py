@@ -29,7 +29,7 @@ import os
 import shutil
 import tarfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO, Callable, Optional
 
 from lra.badinput import BadInputError
@@ -115,8 +115,8 @@ def normalise(name: str, nested: Optional[str]) -> tuple[str, int]:
 
 
 def _unsafe(name: str) -> bool:
-    parts = PurePosixPath(name).parts
-    return name.startswith("/") or ".." in parts
+    """Absolute, or climbs out with ``..`` (str.split: it runs for every member of millions)."""
+    return name.startswith("/") or ".." in name.split("/")
 
 
 def refusal(member: tarfile.TarInfo) -> Optional[str]:

@@ -39,7 +39,7 @@ MUTANTS = [
            "the release's stray outer copy (lra_release/listops-1000) is used instead of the inner one",
            (T + "test_release_members_streamed_and_selected",)),
     Mutant("fetch-path-traversal", "lra/data/archives.py",
-           '    return name.startswith("/") or ".." in parts', '    return name.startswith("/")',
+           '    return name.startswith("/") or ".." in name.split("/")', '    return name.startswith("/")',
            "an archive member named aclImdb/train/neg/../../../x is written outside the data folder",
            (T + "test_member_outside_its_folder_is_refused",)),
     Mutant("fetch-cifar-record-offset", "lra/data/fetch.py",
