@@ -118,7 +118,7 @@ def fetch_cli(argv: list[str]) -> None:
     except UserError as e:
         report_user_error(e)
     except KeyboardInterrupt as e:
-        print(f"run.py: {e or 'interrupted'}", file=sys.stderr)
+        print(f"run.py: {str(e) or 'interrupted'}", file=sys.stderr)
         sys.exit(130)
 
 
@@ -140,7 +140,7 @@ def cli(argv: list[str] | None = None) -> None:
         main()
     except KeyboardInterrupt as e:  # Ctrl-C/SIGTERM: one line (the record says the rest), no traceback
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # decided: a further press must not cut the line or the exit
-        print(f"run.py: {e or 'interrupted'}", file=sys.stderr)
+        print(f"run.py: {str(e) or 'interrupted'}", file=sys.stderr)
         gc.freeze()  # no final collection of torch's object graph at exit: measured 3.6 s of a 3.7 s exit under load
         sys.exit(130)
 

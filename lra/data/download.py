@@ -1,10 +1,16 @@
 """Getting one public archive over HTTP: resumable, verified, with progress a person can read.
 
-* :func:`download` writes ``<dest>.part``. A cut connection is reopened with ``Range: bytes=<have>-``
-  (up to ``retries`` times in a row without progress) and a later run appends to the ``.part`` the same
-  way, so bytes already received are never fetched twice. Size and sha256 are checked over the whole
-  file, then ``os.replace`` puts it at ``dest``: ``dest`` only ever holds a verified archive. A
-  mismatch removes the ``.part`` (its bytes are wrong, resuming onto it cannot help) and nothing else.
+* :func:`download` writes ``<dest>.part``. A cut or stalled connection is reopened with
+  ``Range: bytes=<have>-`` and a later run appends to the ``.part`` the same way, so bytes already
+  received are never fetched twice. Reads take what has arrived (``read1``), so a stall loses none of
+  it. The transfer gives up after ``retries`` reconnects in a row that each brought less than
+  ``min_progress`` (1 MiB) bytes: a server that stalls on every connection before sending that much
+  is left after ``retries + 1`` timeouts, the bytes it sent kept (with the defaults measured at 371 s:
+  ``python -m tests.data.fetch_server --stall-bytes 300000``); one that sends more each time is
+  making progress and is followed.
+  Size and sha256 are checked over the whole file, then ``os.replace`` puts it at ``dest``: ``dest``
+  only ever holds a verified archive. A mismatch removes the ``.part`` (its bytes are wrong, resuming
+  onto it cannot help) and nothing else; a full disk keeps it (the bytes on it are right).
 * :class:`RangeStream` is the same reconnecting reader as a file object, for an archive that is
   unpacked while it arrives and never stored (the LRA release): :class:`Tally` counts and hashes
   what passes, so the caller verifies before it moves anything into place.
@@ -16,6 +22,7 @@
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import io
@@ -29,13 +36,14 @@ from pathlib import Path
 from typing import Callable, Optional
 from urllib.parse import urlsplit
 
-from lra.badinput import BadInputError, DataMissingError
+from lra.badinput import BadInputError, DataMissingError, NotWritableError
 from lra.data.progress import human
 
 CHUNK = 1 << 20
 MIRROR_ENV = "LRA_MIRROR"
 INTERRUPT_ENV = "LRA_FETCH_INTERRUPT_AT"
 USER_AGENT = "lra-suite-fetch/1 (python urllib)"
+DISK_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EPERM)  # the disk, not the network
 
 
 @dataclass(frozen=True)
@@ -52,9 +60,10 @@ class Expected:
 class Transfer:
     """Options of every HTTP transfer of one fetch."""
 
-    retries: int = 5            # reconnects in a row without a byte of progress, then give up
+    retries: int = 5            # reconnects in a row without progress, then give up
     retry_wait_s: float = 2.0
     timeout_s: float = 60.0     # socket timeout of one read
+    min_progress: int = CHUNK   # bytes one connection must bring to count as progress (resets the count)
     every_s: float = 10.0       # progress lines at most this often
     log: Callable[[str], None] = print
 
@@ -171,18 +180,53 @@ def open_range(url: str, offset: int, timeout_s: float):
 
 
 def _read(resp, n: int) -> bytes:
+    """What has arrived, up to ``n`` bytes (``read1``: a timeout while waiting for more loses nothing)."""
     try:
-        return resp.read(n)
+        return resp.read1(n)
     except (http.client.HTTPException, OSError) as e:
         raise _Cut(str(e)) from e
 
 
 def _give_up(url: str, have: int, total: Optional[int], why: str, part: Optional[Path]) -> DataMissingError:
+    """``part``: the file the bytes went to (None: the archive was unpacked as it arrived)."""
     got = f"{size_text(have)}" + (f" of {size_text(total)}" if total else "")
-    keep = (f" The {got} received are kept in {part}: run the same command again to resume from there."
-            if part is not None else " (The archive was being unpacked as it arrived; nothing was put in place.)")
+    if part is None:
+        keep = " (The archive was being unpacked as it arrived; nothing was put in place.)"
+    elif have:
+        keep = f" The {got} received are kept in {part}: run the same command again to resume from there."
+    else:
+        keep = " Nothing was received, so no partial file is kept; nothing was put in place."
     return DataMissingError(f"download of {url} failed after {got} ({why}).{keep} Check the network (or "
                             f"{MIRROR_ENV}), or fetch the file by another way and pass it with fetch.from=FILE")
+
+
+class _Reconnects:
+    """Failed connections in a row. One that brought ``min_progress`` bytes or more resets the count: a
+    flaky but moving server goes on, while one that sends a little and stalls every time is given up
+    after ``retries + 1`` connections (the bytes it sent are kept by the caller)."""
+
+    def __init__(self, url: str, opts: Transfer, label: str, pos: int) -> None:
+        self.url, self.opts, self.label, self.count, self.mark = url, opts, label, 0, pos
+
+    def failed(self, pos: int, total: Optional[int], why: str, part: Optional[Path]) -> None:
+        """Count a failure at byte ``pos``; wait and return, or raise the give-up error."""
+        self.count = 1 if pos - self.mark >= self.opts.min_progress else self.count + 1
+        self.mark = pos
+        if self.count > self.opts.retries:
+            raise _give_up(self.url, pos, total, why, part)
+        self.opts.log(f"{self.label}: {why}; reconnecting ({self.count}/{self.opts.retries}) to resume at {size_text(pos)}")
+        time.sleep(self.opts.retry_wait_s)
+
+
+def _disk_full(e: OSError, part: Path, total: Optional[int]) -> NotWritableError:
+    """The error of a ``.part`` that cannot be written: what is kept and which setting moves it."""
+    have = part.stat().st_size if part.exists() else 0
+    got = f"{size_text(have)}" + (f" of {size_text(total)}" if total else "")
+    kept = (f"The {got} written are kept in it: run the same command then to resume from there" if have else
+            "Nothing was written, so no partial file is kept")
+    return NotWritableError(
+        f"cannot write the download {part} ({e.strerror or e}). {kept}; nothing was put in place. Free space on "
+        f"that disk (or make it writable), or point fetch.download_dir at another disk")
 
 
 def check(url: str, expected: Expected, size: int, sha256: Optional[str], removed: Optional[Path] = None,
@@ -236,9 +280,11 @@ class _Part:
         self.size += len(block)
 
     def close(self) -> None:
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.f.close()
+        try:
+            self.f.flush()
+            os.fsync(self.f.fileno())
+        finally:
+            self.f.close()
 
 
 def _append_body(resp, part: _Part, stop: Optional[int], progress: ByteProgress) -> None:
@@ -260,15 +306,21 @@ def download(url: str, dest: Path, expected: Expected, opts: Transfer, label: st
     """Download ``url`` to ``dest`` through ``dest.part`` (resumed when present); verified before the
     rename. Returns (size, sha256)."""
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = _Part(dest.with_name(dest.name + ".part"), expected.size, opts.log)
-    total, stop, failures = expected.size, _interrupt_at(), 0
+    path = dest.with_name(dest.name + ".part")
+    try:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        part = _Part(path, expected.size, opts.log)
+    except OSError as e:
+        if e.errno not in DISK_ERRORS:
+            raise
+        raise _disk_full(e, path, expected.size) from None
+    total, stop = expected.size, _interrupt_at()
+    reconnects = _Reconnects(url, opts, label, part.size)
     if part.size:
         opts.log(f"{label}: resuming {part.path} at {size_text(part.size)}")
     progress = ByteProgress(label, total, start=part.size, every_s=opts.every_s, log=opts.log)
     try:
         while total is None or part.size < total:
-            before = part.size
             try:
                 resp, first, server_total = open_range(url, part.size, opts.timeout_s)
                 if server_total is not None and total is not None and server_total != total:
@@ -287,18 +339,19 @@ def download(url: str, dest: Path, expected: Expected, opts: Transfer, label: st
                 if part.size < total:
                     raise _Cut(f"the connection closed at {part.size:,} of {total:,} bytes")
             except _Cut as e:
-                failures = 1 if part.size > before else failures + 1
-                if failures > opts.retries:
-                    raise _give_up(url, part.size, total, str(e), part.path) from None
-                opts.log(f"{label}: {e}; reconnecting ({failures}/{opts.retries}) to resume at {size_text(part.size)}")
-                time.sleep(opts.retry_wait_s)
-    except BaseException:
+                reconnects.failed(part.size, total, str(e), part.path)
+        part.close()
+    except BaseException as e:
         if not part.f.closed:
-            part.close()
+            try:
+                part.close()
+            except OSError:
+                pass  # the disk that failed the write fails this too; what reached the file is kept
         if part.path.exists() and part.path.stat().st_size == 0:  # nothing received: leave no empty .part
             part.path.unlink()
+        if isinstance(e, OSError) and e.errno in DISK_ERRORS:
+            raise _disk_full(e, part.path, total) from None
         raise
-    part.close()
     progress.finish()
     size, digest = part.size, part.hasher.hexdigest()
     try:
@@ -341,7 +394,8 @@ class RangeStream(io.RawIOBase):
     server's ``Content-Length``; reading stops there."""
 
     def __init__(self, url: str, expected: Expected, opts: Transfer, label: str) -> None:
-        self.url, self.opts, self.label, self.pos, self.failures = url, opts, label, 0, 0
+        self.url, self.opts, self.label, self.pos = url, opts, label, 0
+        self.reconnects = _Reconnects(url, opts, label, 0)
         self.total, self.origin = expected.size, expected.origin
         self.stop = _interrupt_at()
         self.resp = None
@@ -371,11 +425,7 @@ class RangeStream(io.RawIOBase):
                 self._failed(str(e))
 
     def _failed(self, why: str) -> None:
-        self.failures += 1
-        if self.failures > self.opts.retries:
-            raise _give_up(self.url, self.pos, self.total, why, None)
-        self.opts.log(f"{self.label}: {why}; reconnecting ({self.failures}/{self.opts.retries}) to resume at {size_text(self.pos)}")
-        time.sleep(self.opts.retry_wait_s)
+        self.reconnects.failed(self.pos, self.total, why, None)
 
     def readable(self) -> bool:
         return True
@@ -386,14 +436,13 @@ class RangeStream(io.RawIOBase):
                 return 0
             broken = None
             try:
-                n = self.resp.readinto(b)
+                n = self.resp.readinto1(b)  # what has arrived: a stall loses none of it
             except (http.client.HTTPException, OSError) as e:
                 n, broken = 0, str(e)
             if n > 0:
                 if self.stop is not None and self.pos + n >= self.stop:
                     raise KeyboardInterrupt(f"stopped at byte {self.stop} ({INTERRUPT_ENV})")
                 self.pos += n
-                self.failures = 0
                 self.progress.update(self.pos)
                 return n
             if broken is None and self.total is None:

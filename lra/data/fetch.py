@@ -18,7 +18,10 @@ CRC-32 and length of the whole unpacked stream are checked (Python's gzip raises
 before the registry: a mirror that serves other bytes must say which.
 
 Every archive passes through :mod:`lra.data.download` (resume, retries, progress) and
-:mod:`lra.data.archives` (only the needed members, staged, renamed into place after verification).
+:mod:`lra.data.archives` (only the needed members, staged, renamed into place after verification, all
+the tasks of one archive or none). One fetch at a time works on an archive: a second one says which
+process holds the lock and waits for it, then uses what it put in place. A full or read-only disk is
+an error naming the folder and the setting that moves it.
 IMDb and CIFAR-10 are kept in ``fetch.download_dir`` (default ``<data_dir>/downloads``); the LRA
 release is unpacked while it arrives and not stored, unless ``fetch.keep_archive=true`` (then a killed
 fetch resumes its ``.part`` file). An archive already in ``download_dir``, or named by
@@ -28,11 +31,13 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import errno
 import gzip
 import io
+import json
 import os
 import pickle
+import shutil
+import socket
 import sys
 import tarfile
 import time
@@ -41,7 +46,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 from urllib.parse import urlsplit
 
 import numpy as np
@@ -50,7 +56,8 @@ from lra.badinput import BadInputError, ConfigError, DataMissingError, NotWritab
 from lra.data import archives
 from lra.data.archives import Unit
 from lra.data.pathfinder_gen import DIFFICULTIES
-from lra.data.download import CHUNK, Expected, RangeStream, Tally, Transfer, check, download, mirrored, size_text
+from lra.data.download import (CHUNK, DISK_ERRORS, Expected, RangeStream, Tally, Transfer, check, download, mirrored,
+                               size_text)
 from lra.data.progress import human
 from lra.files import ensure_writable, write_json
 
@@ -219,7 +226,7 @@ class FetchOptions:
 def _local_archive(source: Source, opts: FetchOptions, needed: set[str]) -> Optional[Path]:
     """``fetch.from`` (matched by file name, or the only file when one archive is needed), else a
     copy already in ``download_dir``."""
-    for path in opts.from_files:
+    for path in opts.from_files:  # a file of another name is only taken when this is the one archive needed
         if path.name == source.filename or (len(opts.from_files) == 1 and len(needed) == 1):
             if not path.is_file():
                 raise DataMissingError(f"fetch.from={path}: no such file")
@@ -233,8 +240,26 @@ def _open_gzip_tar(raw: io.RawIOBase):
     return buffered, gzip.GzipFile(fileobj=buffered, mode="rb")
 
 
-def _fetch_source(source: Source, units: list[Unit], opts: FetchOptions, needed: set[str]) -> tuple[str, int, str, Expected]:
-    """Get ``source`` and put every unit in place; returns (where it came from, size, sha256, expected)."""
+@dataclass
+class Placed:
+    """What one archive's fetch has put in place so far (read when it is interrupted)."""
+
+    units: list[Unit] = field(default_factory=list)
+    old: list[Path] = field(default_factory=list)  # replaced folders (fetch.force) not removed yet
+
+
+def _unpack_error(e: OSError, units: list[Unit]) -> NotWritableError:
+    where = ", ".join(sorted({str(u.dest.parent) for u in units}))
+    return NotWritableError(f"cannot write the unpacked files under {where} ({e.strerror or e}); nothing was put in "
+                            f"place and data already there is untouched. Free space on that disk (or make it "
+                            f"writable), or point paths.data_dir (or the task's folder setting) at another one")
+
+
+def _fetch_source(source: Source, units: list[Unit], opts: FetchOptions, needed: set[str],
+                  placed: Optional[Placed] = None) -> tuple[str, int, str, Expected]:
+    """Get ``source`` and put every unit in place, all or none; returns (where it came from, size,
+    sha256, expected). ``placed`` records the progress for the caller's Ctrl-C message."""
+    placed = Placed() if placed is None else placed
     log = opts.transfer.log
     expected = expected_for(source, opts.checksums, opts.release_sha256 if source.key == "lra_release" else None)
     url = mirrored(source.url, opts.mirror)
@@ -268,23 +293,32 @@ def _fetch_source(source: Source, units: list[Unit], opts: FetchOptions, needed:
                                 f"nothing was put in place. Delete it if it is a download, or pass the original "
                                 f"archive with fetch.from=FILE") from None
         except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS):
+            if e.errno not in DISK_ERRORS:
                 raise
-            raise NotWritableError(f"cannot write {e.filename or 'the unpacked files'} ({e.strerror}); nothing was put "
-                                   f"in place. Free space there, or point paths.data_dir (or the task's folder "
-                                   f"setting) at a writable disk") from None
+            raise _unpack_error(e, units) from None
         if isinstance(raw, RangeStream) and expected.size is None:
             expected = Expected(raw.total, expected.sha256, expected.origin)
         check(origin, expected, tally.size, tally.sha256, local=local is not None)  # fetch.from is checked here
+        ready: dict[Unit, Path] = {}
+        try:  # every unit checked and converted before any is put in place: all or none, in any order
+            for unit in units:
+                ready[unit] = archives.finalise(unit, staged[unit], source.filename, log)
+                write_json(ready[unit] / PROVENANCE, {
+                    "task": unit.task, "archive": source.filename, "url": source.url, "read_from": origin,
+                    "size": tally.size, "sha256": tally.sha256, "verified": expected.origin,
+                    "members": list(unit.members), "fetched_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+        except OSError as e:
+            if e.errno not in DISK_ERRORS:
+                raise
+            raise _unpack_error(e, units) from None
+        placed.old = archives.place_all([(ready[u], u.dest) for u in units])
+        placed.units = list(units)
         for unit in units:
-            ready = archives.finalise(unit, staged[unit], source.filename, log)
-            write_json(ready / PROVENANCE, {
-                "task": unit.task, "archive": source.filename, "url": source.url, "read_from": origin,
-                "size": tally.size, "sha256": tally.sha256, "verified": expected.origin, "members": list(unit.members),
-                "fetched_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
-            archives.put_in_place(ready, unit.dest)
             files, size = archives.folder_size(unit.dest, skip=PROVENANCE)
             log(f"[fetch] {unit.task}: {files} files ({size_text(size)}) -> {unit.dest}")
+        while placed.old:  # the replaced copies, once the new ones are in place and said so
+            shutil.rmtree(placed.old[0])
+            placed.old.pop(0)
     finally:
         tally.close()
         for path in staged.values():
@@ -304,10 +338,81 @@ def _in_place(unit: Unit, force: bool) -> bool:
     return True
 
 
-def fetch(units: list[Unit], opts: FetchOptions) -> list[str]:
-    """Fetch every unit not already in place; returns the summary lines (also printed)."""
-    from filelock import FileLock
+def _holder_path(lock: Path) -> Path:
+    return lock.with_name(lock.name + ".holder")
 
+
+def write_holder_note(lock: Path) -> None:
+    """Who holds ``lock`` (pid, host, since when, command), for a fetch that has to wait for it."""
+    write_json(_holder_path(lock), {"pid": os.getpid(), "host": socket.gethostname(),
+                                    "since": datetime.now().astimezone().isoformat(timespec="seconds"),
+                                    "command": " ".join(["python", *sys.argv])})
+
+
+def _holder_text(lock: Path) -> str:
+    """Who holds ``lock``, from the note its holder wrote beside it."""
+    try:
+        h = json.loads(_holder_path(lock).read_text())
+        return (f"another fetch holds {lock} (pid {h['pid']} on {h['host']}, since {h['since']}: "
+                f"{h['command']})")
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"another fetch holds {lock} (its holder left no note of who it is)"
+
+
+@contextmanager
+def source_lock(lock: Path, label: str, log: Callable[[str], None]) -> Iterator[None]:
+    """Hold ``lock`` (one fetch per archive). A second fetch says who holds it and that it waits, then
+    waits: the holder may be putting the same data in place, which this one then finds there. The
+    holder's note (pid, host, start, command) is written beside the lock while it is held."""
+    from filelock import FileLock, Timeout
+
+    held = FileLock(str(lock))
+    try:
+        held.acquire(timeout=0)
+    except Timeout:
+        log(f"{label}: {_holder_text(lock)}: waiting for it to finish (Ctrl-C stops this fetch only)")
+        held.acquire()
+    try:
+        write_holder_note(lock)
+        yield
+    finally:
+        try:
+            _holder_path(lock).unlink()
+        except OSError:
+            pass
+        held.release()
+
+
+def _interrupted(source: Source, placed: Placed, downloads: Path) -> str:
+    """The Ctrl-C line: what of ``source`` is in place, and what is left for the next fetch."""
+    if placed.units:
+        tasks = ", ".join(f"{u.task} -> {u.dest}" for u in placed.units)
+        left = (f"; the old copies {', '.join(map(str, placed.old))} are left and the next fetch removes them"
+                if placed.old else "")
+        return f"[fetch] interrupted after {source.filename} was put in place ({tasks}){left}"
+    part = downloads / (source.filename + ".part")
+    kept = (f"; the partial download {part} ({size_text(part.stat().st_size)}) is kept: run the same "
+            f"command to resume" if part.exists() else "")
+    return f"[fetch] interrupted: nothing of {source.filename} was put in place{kept}"
+
+
+def _writable_downloads(opts: FetchOptions) -> None:
+    """The download folder (holding the locks) must be writable once anything is to be fetched."""
+    if opts.download_dir is None:
+        ensure_writable(opts.downloads, "data dir")
+        return
+    try:
+        ensure_writable(opts.downloads, "fetch.download_dir")
+    except NotWritableError as e:
+        why = getattr(e.__cause__, "strerror", None) or e.__cause__
+        raise NotWritableError(f"fetch.download_dir={opts.download_dir} cannot be created or written ({why}); point "
+                               f"fetch.download_dir at a writable directory, or leave it unset (then archives go "
+                               f"to <data_dir>/downloads)") from None
+
+
+def fetch(units: list[Unit], opts: FetchOptions) -> list[str]:
+    """Fetch every unit not already in place; returns the summary lines (also printed). Nothing is
+    written (the download folder and its locks included) when every unit is in place already."""
     log, start = opts.transfer.log, time.monotonic()
     by_source: dict[str, list[Unit]] = {}
     seen: set[Path] = set()
@@ -326,25 +431,29 @@ def fetch(units: list[Unit], opts: FetchOptions) -> list[str]:
         raise ConfigError(f"fetch.from={', '.join(map(str, stray))}: the name matches none of the archives this fetch "
                           f"needs ({', '.join(sorted(names))}); rename the file, or fetch one task at a time")
     lines: list[str] = []
-    ensure_writable(opts.downloads, "data dir")
+    there = "(already there; fetch.force=true fetches it again)"
+    idle = {key for key, units_of in by_source.items()  # in place, nothing to clean up: nothing is written
+            if all(_in_place(u, opts.force) and not archives.leftovers(u) for u in units_of)}
+    if len(idle) < len(by_source):
+        _writable_downloads(opts)
     for key, units_of in by_source.items():
         source = SOURCES[key]
-        with FileLock(str(opts.downloads / f".{source.filename}.lock")):  # another fetch may have finished it
-            done = [u for u in units_of if _in_place(u, opts.force)]
-            lines += [f"{u.task} -> {u.dest} (already there; fetch.force=true fetches it again)" for u in done]
+        if key in idle:  # no lock either: a read-only data folder that holds the data is fine
+            lines += [f"{u.task} -> {u.dest} {there}" for u in units_of]
+            continue
+        with source_lock(opts.downloads / f".{source.filename}.lock", f"[fetch] {source.filename}", log):
+            for unit in units_of:  # what a stopped fetch left (the lock says none runs)
+                archives.recover(unit, log)
+            done = [u for u in units_of if _in_place(u, opts.force)]  # another fetch may have finished it
+            lines += [f"{u.task} -> {u.dest} {there}" for u in done]
             todo = [u for u in units_of if u not in done]
             if not todo:
                 continue
-            for unit in todo:
-                for stale in archives.stale_staging(unit):  # left by a killed fetch (the lock says none runs)
-                    archives.discard(stale)
+            placed = Placed()
             try:
-                origin, size, sha, expected = _fetch_source(source, todo, opts, needed)
+                origin, size, sha, expected = _fetch_source(source, todo, opts, needed, placed)
             except KeyboardInterrupt:
-                part = opts.downloads / (source.filename + ".part")
-                kept = (f"; the partial download {part} ({size_text(part.stat().st_size)}) is kept: run the same "
-                        f"command to resume" if part.exists() else "")
-                log(f"[fetch] interrupted: nothing of {source.filename} was put in place{kept}")
+                log(_interrupted(source, placed, opts.downloads))
                 raise
         log(f"[fetch] {source.filename}: {size:,} bytes, sha256 {sha} ({expected.origin})")
         lines += [f"{u.task} -> {u.dest} (use: {u.use})" if u.use else f"{u.task} -> {u.dest}" for u in todo]
@@ -380,7 +489,7 @@ def options_from(fetch_cfg: Mapping[str, Any], data_dir: Path, log: Callable[[st
     froms = c.get("from") or ()
     froms = (froms,) if isinstance(froms, (str, Path)) else tuple(froms)
     return FetchOptions(
-        data_dir=data_dir, download_dir=_dir(c.get("download_dir"), data_dir / "downloads"),
+        data_dir=data_dir, download_dir=Path(str(c["download_dir"])).expanduser() if c.get("download_dir") else None,
         from_files=tuple(Path(str(p)).expanduser() for p in froms), keep_archive=bool(c.get("keep_archive")),
         release_sha256=str(sha) if sha else None, force=bool(c.get("force")),
         checksums=Path(str(c["checksums"])).expanduser() if c.get("checksums") else None, mirror=c.get("mirror") or None,

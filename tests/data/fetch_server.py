@@ -2,13 +2,16 @@
 
 The server answers ``GET`` for the paths of the real URLs (so ``LRA_MIRROR=http://127.0.0.1:<port>``
 maps every source onto it), honours ``Range: bytes=<n>-`` with 206 / 416 like a static file server, and
-can misbehave on purpose: cut a response after a chosen byte once, or ignore Range. It records every
+can misbehave on purpose: cut a response after a chosen byte once, send at most N bytes per response
+and then close (a cut on every connection) or stall (block, sending nothing more, until the test ends:
+the client's socket timeout fires, with no sleep in the test), or ignore Range. It records every
 request. Archives: ``aclImdb_v1.tar.gz`` (built from the text tests' ``make_imdb``),
 ``cifar-10-binary.tar.gz`` (binary records) and an ``lra_release.gz`` with the release's nesting
 (``lra_release/lra_release/...`` plus the stray outer copies of ``listops-1000`` and ``pathfinder128``).
 
     python -m tests.data.fetch_server --dir /tmp/mirror    # bigger fixtures, served until Ctrl-C
     python -m tests.data.fetch_server --bench-mb 200       # time a streamed release fetch over loopback
+    python -m tests.data.fetch_server --stall-bytes 300000 # time the give-up on a stalling server, defaults
 """
 from __future__ import annotations
 
@@ -38,6 +41,9 @@ class Served:
     files: dict[str, bytes]
     requests: list[tuple[str, Optional[str]]] = field(default_factory=list)  # (path, Range header)
     cut_once: dict[str, int] = field(default_factory=dict)                  # path -> close after this byte
+    per_response: dict[str, int] = field(default_factory=dict)              # path -> at most this many bytes a response
+    stall: bool = False                    # after per_response bytes: block until `unblock` instead of closing
+    unblock: threading.Event = field(default_factory=threading.Event)       # set when the server stops
     ignore_range: bool = False
 
 
@@ -74,8 +80,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         cut = state.cut_once.pop(self.path, None)
         payload = body[start:] if cut is None or cut <= start else body[start:cut]
+        limit = state.per_response.get(self.path)
+        if limit is not None and limit < len(payload):
+            payload = payload[:limit]
         self.wfile.write(payload)
         self.wfile.flush()
+        if limit is not None and state.stall and len(payload) < len(body) - start:
+            state.unblock.wait()  # a stall: the connection stays open and silent
 
 
 @contextmanager
@@ -89,6 +100,7 @@ def serve(files: dict[str, bytes]) -> Iterator[tuple[str, Served]]:
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", server.state  # type: ignore[attr-defined]
     finally:
+        server.state.unblock.set()  # type: ignore[attr-defined]
         server.shutdown()
         server.server_close()
         thread.join()
@@ -99,11 +111,16 @@ def url_path(key: str) -> str:
     return urlsplit(SOURCES[key].url).path
 
 
-def tar_gz(entries: Iterable[tuple[str, bytes]], level: int = 9) -> bytes:
-    """A gzip'd tar of ``(name, data)`` files, byte-identical on every call (gzip mtime 0)."""
+def tar_gz(entries: Iterable[tuple[str, bytes] | tarfile.TarInfo], level: int = 9) -> bytes:
+    """A gzip'd tar of ``(name, data)`` files (and ``TarInfo`` members written as they are: links,
+    devices), byte-identical on every call (gzip mtime 0)."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for name, data in entries:
+        for entry in entries:
+            if isinstance(entry, tarfile.TarInfo):
+                tar.addfile(entry)
+                continue
+            name, data = entry
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode = len(data), 0, 0o644
             tar.addfile(info, io.BytesIO(data))
@@ -225,16 +242,46 @@ def bench(megabytes: int, member_kb: int = 2) -> None:
           f"= {len(blob) / 1e6 / took:.0f} MB/s, {(n + len(wanted)) / took:,.0f} members/s")
 
 
+def stall_give_up(per_connection: int) -> None:
+    """Time :func:`lra.data.download.download` with the default :class:`Transfer` (timeout, retries,
+    wait) against a server that sends ``per_connection`` bytes on every connection and then stalls."""
+    import hashlib
+    import time
+
+    from lra.data.download import Expected, Transfer, download
+
+    blob = np.random.default_rng(0).bytes(max(8 * per_connection, 1 << 22))
+    opts = Transfer()
+    with tempfile.TemporaryDirectory() as tmp, serve({"/x.bin": blob}) as (base, state):
+        state.per_response["/x.bin"], state.stall = per_connection, True
+        opts.log = lambda line: print(f"{time.perf_counter() - t0:7.1f} s  {line}", flush=True)
+        t0 = time.perf_counter()
+        try:
+            download(f"{base}/x.bin", Path(tmp) / "x.bin", Expected(len(blob), hashlib.sha256(blob).hexdigest(), "test"),
+                     opts, "[stall]")
+        except Exception as e:  # noqa: BLE001 - the give-up is what is timed
+            took = time.perf_counter() - t0
+            kept = (Path(tmp) / "x.bin.part").stat().st_size
+            print(f"gave up after {took:.1f} s, {len(state.requests)} connections, {kept:,} bytes kept "
+                  f"(timeout_s={opts.timeout_s:g}, retries={opts.retries}, retry_wait_s={opts.retry_wait_s:g}): {e}")
+            return
+    print("the download finished: the server did not stall long enough")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dir", help="writes the archives and checksums.tsv here")
     ap.add_argument("--bench-mb", type=int, default=0, help="instead: time a streamed fetch of this many MB")
+    ap.add_argument("--stall-bytes", type=int, default=0,
+                    help="instead: time the give-up (default settings) on a server that stalls after this many bytes")
     ap.add_argument("--reviews", type=int, default=100, help="IMDb reviews per label and split")
     ap.add_argument("--images", type=int, default=200, help="CIFAR images per batch file")
     ap.add_argument("--pairs", type=int, default=300, help="AAN pairs per split")
     args = ap.parse_args()
     if args.bench_mb:
         return bench(args.bench_mb)
+    if args.stall_bytes:
+        return stall_give_up(args.stall_bytes)
     if not args.dir:
         ap.error("--dir is required")
     out = Path(args.dir)
