@@ -21,7 +21,7 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
                              cwd=Path(__file__).resolve().parent.parent)
@@ -48,6 +48,6 @@ def stamp() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.version.cuda,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
     }
     return info

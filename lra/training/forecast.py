@@ -15,7 +15,8 @@ Choices, written down:
   follows a change of load or machine, and the ETA the progress bar asks for after every step costs
   the same at step 60,000 as at step 10 (a median over every step sorted a growing list each step).
 * The run's wall clock is checkpointed (``state_dict``): a run resumed, here or on another machine,
-  records one *segment* per stretch of training (steps from..to, active seconds, the machine), so
+  records one *segment* per stretch of training (steps from..to, active seconds, the machine and the
+  code's commit: a run resumed on newer code says so), so
   ``efficiency.wall`` in the record says how long the run took in all, where, and what the first
   measured forecast of the run had said. Time after a segment's last checkpoint is redone by the
   resume, so it is not counted. The test pass is timed on its own (``test_s``).
@@ -35,7 +36,7 @@ from pytorch_lightning.callbacks import RichProgressBar
 from pytorch_lightning.callbacks.progress.rich_progress import CustomTimeColumn
 
 from lra.data.progress import human
-from lra.stamp import cpu_model
+from lra.stamp import cpu_model, git_commit
 
 log = logging.getLogger(__name__)
 FORWARD_SHARE = 1 / 3  # forward cost / (forward + backward + optimiser step), for the first estimate
@@ -97,7 +98,7 @@ class RunForecast(pl.Callback):
         start = trainer.global_step
         self._segment = {"from_step": start, "to_step": start, "seconds": 0.0, "forecast_s": None,
                          "host": socket.gethostname(), "cpu": cpu_model(), "device": _device_name(pl_module),
-                         "threads": torch.get_num_threads()}
+                         "threads": torch.get_num_threads(), "git_commit": git_commit()}
         self._segment_t0 = time.perf_counter()
         vals = self.validations_left(start)
         where = f"from step {start} " if start else ""
