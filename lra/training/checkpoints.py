@@ -15,12 +15,16 @@ exactly:
   ``ModelCheckpoint``, and Lightning resumes from there without repeating the validation).
 
 A save that falls due at a step a validation follows is deferred until that validation ends.
+The best-validation checkpoint is :class:`BestCheckpoint`: its state follows its folder, so a run
+resumed from a folder moved to another path (a checkpoint committed here, resumed in another clone)
+keeps its best so far.
 Every checkpoint file (``last.ckpt`` and ``best-*.ckpt``) is written by :class:`AtomicCheckpointIO`:
 a temporary sibling, fsync, rename, so a kill during a write leaves the previous file intact.
 """
 from __future__ import annotations
 
 import io
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,42 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)
         write_bytes(Path(path), buffer.getbuffer())
+
+
+class BestCheckpoint(ModelCheckpoint):
+    """Lightning's ``ModelCheckpoint`` whose restored state follows the folder it now lives in.
+
+    Lightning restores the best score only when the checkpoint folder's path is unchanged, and keeps
+    pointing the best at the old path otherwise: a run resumed in another clone, or after its
+    folder was moved, forgets its best (the next validation becomes the best: a seam in the result)
+    and tests a file that is not there. Paths under the old folder are rebased onto the new one;
+    the files themselves moved with the folder."""
+
+    @property
+    def state_key(self) -> str:
+        # Lightning's own key: checkpoints written with ModelCheckpoint resume into this class and back
+        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        old = state_dict.get("dirpath")
+        if old and self.dirpath and os.path.normpath(str(old)) != os.path.normpath(str(self.dirpath)):
+            state_dict = _rebased(state_dict, str(old), str(self.dirpath))
+        super().load_state_dict(state_dict)
+
+
+def _rebased(state: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    def move(path: Any) -> Any:
+        if not path or os.path.normpath(os.path.dirname(str(path))) != os.path.normpath(old):
+            return path  # empty, or not under the folder (left as it was)
+        return os.path.join(new, os.path.basename(str(path)))
+
+    out = dict(state, dirpath=new)
+    for key in ("best_model_path", "kth_best_model_path", "last_model_path"):
+        if key in out:
+            out[key] = move(out[key])
+    if isinstance(out.get("best_k_models"), dict):
+        out["best_k_models"] = {move(k): v for k, v in out["best_k_models"].items()}
+    return out
 
 
 def validates_next(trainer: pl.Trainer) -> bool:

@@ -67,4 +67,36 @@ MUTANTS = [
            '        self.training_calls = int(state.get("training_calls", 0))',
            "        self.training_calls = 0",
            "Performer's redraw counter restarts on resume: it redraws at once and then off schedule", VARIANTS),
+    # issue 33: runs that outlive a session and a machine
+    Mutant("resume-machine-other-boot-looks-alive", "lra/training/resume.py",
+           '    if record.get("boot") and record["boot"] != boot_id():\n        return False\n', "",
+           "a running record committed on another machine of the same host name, whose pid happens to be alive "
+           "here, is taken for a live identical run: the same command starts a second record instead of resuming",
+           ("tests/training/test_run_identity.py::test_a_live_identical_run_is_left_alone_a_killed_one_is_resumable",)),
+    Mutant("resume-machine-best-forgets-a-moved-folder", "lra/training/checkpoints.py",
+           "            state_dict = _rebased(state_dict, str(old), str(self.dirpath))",
+           "            pass",
+           "a run resumed in another clone forgets its best validation (Lightning drops it when the folder path "
+           "changed): the next validation becomes the best and is tested",
+           ("tests/training/test_checkpoints.py",
+            "tests/training/test_resume.py::test_a_run_moved_to_another_path_resumes_exactly")),
+    Mutant("resume-machine-best-under-its-own-key", "lra/training/checkpoints.py",
+           "        return super().state_key.replace(type(self).__qualname__, ModelCheckpoint.__qualname__, 1)",
+           "        return super().state_key",
+           "checkpoints written with Lightning's ModelCheckpoint (every run before BestCheckpoint) resume "
+           "without their best: its state sits under another key", ("tests/training/test_checkpoints.py",)),
+    Mutant("resume-machine-wall-clock-from-the-tests-checkpoint", "lra/training/forecast.py",
+           '        self._fit_over = stage != "fit"', '        self._fit_over = False',
+           "the checkpoint the test loads (an older state) replaces the run's wall clock",
+           ("tests/training/test_run_identity.py::test_wall_clock_survives_a_resume_and_not_the_tests_checkpoint",)),
+    Mutant("resume-machine-wall-clock-not-checkpointed", "lra/training/forecast.py",
+           '        return {"segments": self.wall_segments(), "first_forecast": self.first_forecast}',
+           '        return {}',
+           "a resumed run's record counts only the time since its last resume",
+           ("tests/training/test_run_identity.py::test_wall_clock_survives_a_resume_and_not_the_tests_checkpoint",
+            "tests/training/test_resume.py::test_a_run_moved_to_another_path_resumes_exactly")),
+    Mutant("resume-machine-forecast-median-over-every-step", "lra/training/forecast.py",
+           "deque(maxlen=STEP_WINDOW)", "deque()",
+           "the ETA asked after every step sorts every step time so far: its cost grows with the run, and it "
+           "never follows a change of load", ("tests/training/test_run_identity.py::test_forecast_follows_the_recent_steps_in_bounded_work",)),
 ]

@@ -47,3 +47,29 @@ def test_checkpoint_files_are_replaced_atomically_from_a_sibling(tmp_path, monke
         io.save_checkpoint({"step": 3, "bad": Unpicklable()}, target)
     assert torch.load(target, weights_only=False) == {"step": 2}
     assert sorted(p.name for p in target.parent.iterdir()) == ["last.ckpt"]  # no temporary left behind
+
+
+def test_best_checkpoint_state_follows_its_folder_and_keeps_lightnings_key(tmp_path):
+    """Checkpoints written by Lightning's ModelCheckpoint (runs before BestCheckpoint) resume into it,
+    and a state saved under another folder path is rebased onto the folder the run now uses."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from lra.training.checkpoints import BestCheckpoint
+
+    settings = {"monitor": "val/acc", "mode": "max", "filename": "best-{step}"}
+    assert BestCheckpoint(**settings).state_key == ModelCheckpoint(**settings).state_key
+    old, new = "/elsewhere/checkpoints/run-1", str(tmp_path / "checkpoints" / "run-1")
+    saved = ModelCheckpoint(**settings)
+    saved.dirpath, saved.best_model_score = old, torch.tensor(0.4)
+    saved.best_model_path = saved.kth_best_model_path = f"{old}/best-20.ckpt"
+    saved.best_k_models, saved.kth_value = {f"{old}/best-20.ckpt": torch.tensor(0.4)}, torch.tensor(0.4)
+    resumed = BestCheckpoint(**settings)
+    resumed.dirpath = new
+    resumed.load_state_dict(saved.state_dict())
+    assert resumed.best_model_score == 0.4  # Lightning's own drops it when the folder moved
+    assert resumed.best_model_path == resumed.kth_best_model_path == f"{new}/best-20.ckpt"
+    assert list(resumed.best_k_models) == [f"{new}/best-20.ckpt"]
+    same = BestCheckpoint(**settings)
+    same.dirpath = old
+    same.load_state_dict(saved.state_dict())
+    assert same.best_model_path == f"{old}/best-20.ckpt" and same.best_model_score == 0.4

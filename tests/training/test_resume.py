@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +109,22 @@ def test_killed_at_any_point_resumes_to_the_uninterrupted_run(server, data, unin
     ref = uninterrupted[name]
     assert resumed["metrics"] == ref["metrics"]  # exactly, not approximately
     assert resumed["curve"] == ref["curve"] and resumed["best"] == ref["best"]
+
+
+def test_a_run_moved_to_another_path_resumes_exactly(server, data, uninterrupted, tmp_path):
+    """A checkpoint committed on one machine and resumed from another clone: the results and checkpoint
+    folders sit at another absolute path. Killed after step 25 (its best so far is step 20), the resumed
+    run must keep that best: Lightning's own ModelCheckpoint drops its best score when the folder path
+    changed, and validation 30 (a tie) would then become the best and be tested."""
+    first, moved = tmp_path / "machine-a", tmp_path / "machine-b"
+    first.mkdir()
+    killed = server.run([*ALIGNED, *kill_at("save:7")], first, env(first, data), check=False)  # after last.ckpt of step 25
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    shutil.move(first, moved)
+    server.run(ALIGNED, moved, env(moved, data))
+    resumed = outcome(moved)
+    assert resumed["resumed"] and resumed["metrics"] == uninterrupted["aligned"]["metrics"]
+    assert resumed["curve"] == uninterrupted["aligned"]["curve"] and resumed["best"] == uninterrupted["aligned"]["best"]
 
 
 @pytest.mark.parametrize("point,signal,saved_step", [
