@@ -37,7 +37,7 @@ from lra.report.accuracy import (across_table, accuracy_table, cells_table, expl
 from lra.report.arguments import check_compare_shape, check_metric, check_report_config
 from lra.report.cells import AccuracyGroup, accuracy_groups, order, row_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, declared_family, exploratory, run_pairs
-from lra.report.efficiency import (MIN_FIT_MB, Point, accuracy_label, bench_groups, efficiency_reference_table,
+from lra.report.efficiency import (MIN_FIT_MB, Point, accuracy_label, accuracy_variants, bench_groups, efficiency_reference_table,
                                    efficiency_table, ok_results, power_fits, smat_reference_table, smat_table,
                                    training_points)
 from lra.report.lengths import curves, length_data
@@ -117,8 +117,9 @@ def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str
     title, ylabel = "this suite", "accuracy (%)"
     smat_avgs = averages.get(smat_protocol, {})
     smats = [g for g in benches if g.protocol == "smat"]
+    variants = accuracy_variants(next((g for g in groups if g.protocol == smat_protocol and not g.custom), None))
     for g in smats:  # the bubble chart shows the first setup with complete points
-        t, pts, acc_label = smat_table(g, smat_avgs, smat_protocol)
+        t, pts, acc_label = smat_table(g, smat_avgs, smat_protocol, variants)
         tables.append(t)
         if pts and not points:
             points, title, ylabel = pts, f"this suite: smat bench, {g.title}; accuracy = {acc_label}", acc_label
