@@ -363,7 +363,7 @@ def test_10_length_table_has_intervals_and_counts_examples_once(tmp_path):
     _, _, groups = tables(res)
     g = groups["quick", False]
     table, labels, data = length_data(g, "listops")
-    assert labels[-1].endswith("(50 cut)") and any("task.max_len=64: 50 example(s) (25.0%) were cut" in n for n in table.notes)
+    assert labels[-1].endswith("(50 at max_len)") and any("task.max_len=64: 50 example(s) (25.0%) are at max_len" in n for n in table.notes)
     counts = [int(h.split("(")[-1].split(" ")[0]) for h in table.header[3:]]
     assert sum(counts) == res.n  # each example once, not once per seed
     softmax = data["softmax", ()]
