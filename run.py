@@ -47,9 +47,8 @@ def dispatch(cfg: DictConfig):
 
         return run_bench(cfg)
     from lra.report.build import run_report
-    from lra.training.resume import identity  # the report pools runs by the resume key's definition
 
-    return run_report(cfg, identity=identity)
+    return run_report(cfg)  # the report pools runs by lra.identity, the resume key's definition
 
 
 def report_user_error(error: UserError) -> None:

@@ -181,7 +181,7 @@ def cells_table(group: AccuracyGroup, metric: str) -> Table:
                                    ";".join("" if s is None else str(s) for s in steps), ";".join(cell.commits),
                                    ";".join(map(str, cell.n_tests)), ";".join(cell.runs[s].run_id for s in cell.seeds)])
     table.notes += [
-        "config = SHA-1 of the run's experiment identity without its seed (lra.training.resume.identity applied to the "
+        "config = SHA-1 of the run's experiment identity without its seed (lra.identity.identity applied to the "
         "record's config: the resume key's definition); runs pool only when it is equal.",
         "commits = the code versions (git) that made the runs; test examples = size of the test set of the prediction files."
         + (" @N = step of the best validation (metrics.best_val_step)." if metric == "best_val_acc" else ""),

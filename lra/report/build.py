@@ -9,8 +9,9 @@ Order of work, written down:
 
 1. Validation before aggregation (:mod:`lra.report.screening`): every record file is checked; what
    fails is excluded and listed with its reason, at the top of ``report.md`` and in ``excluded.csv``.
-2. Cells (:mod:`lra.report.cells`): runs pool only when their experiment identity (the resume key's
-   definition, without the seed) is equal; superseded duplicates are listed.
+2. Cells (:mod:`lra.report.cells`): runs pool only when their experiment identity (:mod:`lra.identity`,
+   the resume key's definition, without the seed) and their test set are equal; superseded
+   duplicates are listed.
 3. Accuracy (:mod:`lra.report.accuracy`, tests and marks in :mod:`lra.report.comparisons`, length and
    curves in :mod:`lra.report.lengths`): per protocol, and per protocol's custom runs.
 4. Efficiency and SMAT (:mod:`lra.report.efficiency`): per bench setup.
@@ -36,7 +37,7 @@ from lra.report.accuracy import (across_table, accuracy_table, cells_table, expl
 from lra.report.arguments import check_compare_shape, check_metric, check_report_config
 from lra.report.cells import AccuracyGroup, accuracy_groups, order, row_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, declared_family, exploratory, run_pairs
-from lra.report.efficiency import (MIN_FIT_MB, Point, accuracy_label, bench_groups, efficiency_reference_table,
+from lra.report.efficiency import (MIN_FIT_MB, Point, accuracy_label, accuracy_variants, bench_groups, efficiency_reference_table,
                                    efficiency_table, ok_results, power_fits, smat_reference_table, smat_table,
                                    training_points)
 from lra.report.lengths import curves, length_data
@@ -116,8 +117,9 @@ def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str
     title, ylabel = "this suite", "accuracy (%)"
     smat_avgs = averages.get(smat_protocol, {})
     smats = [g for g in benches if g.protocol == "smat"]
+    variants = accuracy_variants(next((g for g in groups if g.protocol == smat_protocol and not g.custom), None))
     for g in smats:  # the bubble chart shows the first setup with complete points
-        t, pts, acc_label = smat_table(g, smat_avgs, smat_protocol)
+        t, pts, acc_label = smat_table(g, smat_avgs, smat_protocol, variants)
         tables.append(t)
         if pts and not points:
             points, title, ylabel = pts, f"this suite: smat bench, {g.title}; accuracy = {acc_label}", acc_label
@@ -190,8 +192,10 @@ RULES = [
     "ranking tests); otherwise no mark.",
     f"Across tasks: Avg and P(> softmax) with a stratified {stats.BOOTSTRAP_METHOD}; convergence failures = test "
     "accuracy in the chance band.",
-    "Runs pool into a cell only when their experiment identity (the resume key's definition, without the seed) is "
-    "equal; each cell's config hash, seeds, commits and test-set size are in its cells table.",
+    "Runs pool into a cell only when their experiment identity (lra/identity.py: the resume key's definition, without "
+    "the seed and the settings that follow it in that run) and their test set (label/length fingerprint) are "
+    "equal; a run whose protocol-defining settings differ from its protocol's runs, on the command line or in its "
+    "config, is a custom row; each cell's config hash, seeds, commits and test-set size are in its cells table.",
 ]
 
 
@@ -215,11 +219,11 @@ def _markdown(ledger: Ledger, notices: list[str], tables: list[Table], plots: di
     return "\n".join(out)
 
 
-def build_report(results_dir: str | Path, *, identity: IdentityFn, metric: str = "test_acc", smat_protocol: str = "xiong2021",
+def build_report(results_dir: str | Path, *, identity: IdentityFn | None = None, metric: str = "test_acc", smat_protocol: str = "xiong2021",
                  compare: tuple[str, str] | list[str] | None = None) -> tuple[str, dict[str, str], dict[str, bytes]]:
     """report.md text, files (relative path -> text: tables and ``excluded.csv``) and plots (relative
-    path -> PNG bytes). ``identity``: the experiment identity of a config, :func:`lra.training.resume.identity`
-    (passed in: the report layer does not import training). ``compare``: an extra pair of variants
+    path -> PNG bytes). ``identity``: :func:`lra.identity.identity` (the default; the parameter stays
+    for callers that passed it). ``compare``: an extra pair of variants
     (``report.compare``), tested outside the declared family."""
     from lra.report.plots import Palette
 
@@ -253,8 +257,8 @@ def _clean(out: Path) -> None:
                 f.unlink()
 
 
-def run_report(cfg: Any, identity: IdentityFn) -> dict[str, Any]:
-    """``run.py mode=report`` (``identity``: :func:`lra.training.resume.identity`, passed in by run.py)."""
+def run_report(cfg: Any, identity: IdentityFn | None = None) -> dict[str, Any]:
+    """``run.py mode=report``."""
     check_report_config(cfg)
     rc = cfg.report
     out = Path(rc.out_dir)

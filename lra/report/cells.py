@@ -1,32 +1,39 @@
 """A cell is one experiment: which training runs the report pools.
 
-The experiment identity is the resume key's: :func:`lra.training.resume.identity` (one definition,
-not two; ``run.py`` passes it in, since the report layer may not import training) applied to the
-record's stored, resolved ``config``, with the seed taken out. Taking the seed out means removing
-the top-level ``seed`` and every setting named ``seed`` that follows it (``task.datamodule.seed`` is
-``${seed}``, resolved in the record): a leaf named ``seed`` follows it when, in every finished
-training record that has it, it equals the record's own seed (a fixed data-generator seed does not).
-The config hash printed with each cell is the SHA-1 of that seedless identity.
+The experiment identity is the resume key's: :func:`lra.identity.identity` (one module, imported
+by resume and by the report) applied to the record's stored, resolved ``config``, with the seed
+taken out: the top-level ``seed`` and the settings that follow it by default
+(:data:`lra.identity.SEED_FOLLOWING`: ``task.datamodule.seed`` is ``${seed}``) where they equal the
+run's own seed. That is decided per run from its own config: a run that fixes its data seed is
+another experiment, and changes nothing for the others. The config hash printed with each cell is
+the SHA-1 of that seedless identity.
 
 Rules, written down:
 
-* Runs pool into one cell only when their seedless identities are equal; the cell lists its seeds,
-  config hash, commits (a cell mixing commits says so) and number of test examples.
+* Runs pool into one cell only when their seedless identities are equal AND their test sets are
+  (the label/length fingerprint of the prediction files; a run without one joins its identity's
+  most common test set). The cell lists its seeds, config hash, commits (a cell mixing commits says
+  so) and number of test examples.
 * Rows of a table: (attention, protocol-defining command-line overrides) (:mod:`lra.report.protocols`).
-  When one row and task holds runs of several identities (a learning rate edited in a YAML, another
-  commit's defaults), the identity with the most seeds stays (ties: the newest run) and each other
-  one becomes a row of the protocol's custom table, labelled with its config hash and the settings
-  in which it differs.
+* The protocol's reference, per protocol and task, from the runs without protocol-defining
+  overrides: the protocol-defining settings (:func:`lra.identity.protocol_settings`: task, model,
+  optimiser, trainer) that most variants share (each variant votes once, with its most common;
+  ties: softmax's, then the smallest), and the test set most of those runs used. A cell that
+  differs from it (a learning rate edited in a YAML, another test set) is a custom row, labelled
+  with its config hash and the differences, even when its row holds no other run.
+* Of the cells of one row and task that match the reference, the one with the most seeds stays
+  (ties: the newest run); each other one becomes a custom row, labelled the same way.
 * One seed run twice with one identity: the newest record counts; the older is listed as a
   superseded duplicate.
 """
 from __future__ import annotations
 
-import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from lra.identity import config_hash, flatten, protocol_settings, seed_following, seedless
 from lra.report import reference as ref
 from lra.report.protocols import protocol_overrides
 from lra.report.screening import SUPERSEDED, Ledger, Run
@@ -46,45 +53,17 @@ def task_order(task: str) -> tuple[int, str]:
     return (ref.LRA_TASKS.index(task), "") if task in ref.LRA_TASKS else (len(ref.LRA_TASKS), task)
 
 
-def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    """{'optim.lr': 0.003, ...}: dotted paths of the leaves (lists are leaves)."""
-    if isinstance(node, dict):
-        out: dict[str, Any] = {}
-        for k, v in node.items():
-            out.update(flatten(v, f"{prefix}{k}."))
-        return out
-    return {prefix[:-1]: node}
-
-
-def seed_following(runs: list[Run]) -> set[str]:
-    """Leaves named ``seed`` (below the top level) equal to the run's own seed in every record that has them."""
-    seen: dict[str, bool] = {}
-    for run in runs:
-        for path, value in flatten(run.ident).items():
-            if path != "seed" and path.rsplit(".", 1)[-1] == "seed":
-                seen[path] = seen.get(path, True) and value == run.seed
-    return {p for p, follows in seen.items() if follows}
-
-
-def seedless(ident: dict[str, Any], following: set[str]) -> dict[str, Any]:
-    flat = flatten(ident)
-    return {p: v for p, v in flat.items() if p != "seed" and p not in following}
-
-
-def config_hash(flat: dict[str, Any]) -> str:
-    return hashlib.sha1(json.dumps(flat, sort_keys=True, default=str).encode()).hexdigest()[:8]
-
-
 def differences(base: dict[str, Any], other: dict[str, Any], skip: tuple[str, ...] = ()) -> list[str]:
     """The settings in which ``other`` differs from ``base`` (``key=value`` of other; ``~key``: absent there)."""
     keys = sorted(k for k in set(base) | set(other) if k.split(".", 1)[0] not in skip and base.get(k, KeyError) != other.get(k, KeyError))
     return [f"~{k}" if k not in other else f"{k}={json.dumps(other[k], default=str)}" for k in keys]
 
 
-def diff_label(base: dict[str, Any], other: dict[str, Any]) -> str:
-    diffs = differences(base, other)
+def diff_label(base: dict[str, Any], other: dict[str, Any], own_hash: str, test_set: str | None = None) -> str:
+    """'config <hash>: <differences>' (``test_set``: named when the cell's test set is another one)."""
+    diffs = ([f"test set {test_set}"] if test_set else []) + differences(base, other)
     shown = ", ".join(diffs[:MAX_DIFFS]) + (f" (+{len(diffs) - MAX_DIFFS} more)" if len(diffs) > MAX_DIFFS else "")
-    return f"{CONFIG_LABEL}{config_hash(other)}: {shown}"
+    return f"{CONFIG_LABEL}{own_hash}: {shown or 'the same settings'}"
 
 
 @dataclass
@@ -92,6 +71,7 @@ class Cell:
     """One experiment's runs on one task: seed -> run (the newest record per seed)."""
     flat: dict[str, Any]          # the seedless identity, flattened
     runs: dict[int, Run] = field(default_factory=dict)
+    test_set: str | None = None   # the label/length fingerprint its runs share (None: no prediction files)
 
     @property
     def config_hash(self) -> str:
@@ -174,24 +154,72 @@ def _one_per_seed(runs: list[Run], ledger: Ledger) -> dict[int, Run]:
     return dict(sorted(by_seed.items()))
 
 
+def _split_by_test_set(runs: list[Run]) -> dict[str | None, list[Run]]:
+    """Runs of one identity by test-set fingerprint; runs without prediction files join the most
+    common one (ties: the smallest), since nothing says they ran on another."""
+    counts = Counter(r.test_set for r in runs if r.test_set is not None)
+    common = min(counts, key=lambda k: (-counts[k], k)) if counts else None
+    out: dict[str | None, list[Run]] = {}
+    for run in runs:
+        out.setdefault(run.test_set if run.test_set is not None else common, []).append(run)
+    return out
+
+
+def _vote(values: list[str], preferred: str | None) -> str | None:
+    """The most common value (ties: ``preferred``, then the smallest)."""
+    counts = Counter(values)
+    return min(counts, key=lambda k: (-counts[k], k != preferred, k)) if counts else None
+
+
+def _references(train: list[Run], flats: dict[str, dict[str, Any]], hashes: dict[str, str]
+                ) -> dict[tuple[str, str], tuple[str | None, str | None]]:
+    """(protocol, task) -> (the protocol settings' JSON, the test set) of the protocol's reference
+    runs (module rules): each variant votes once, with its most common settings."""
+    per_variant: dict[tuple[str, str], dict[str, list[Run]]] = {}
+    for run in train:
+        if not protocol_overrides(run.rec):
+            key = (str(run.rec["protocol"]), str(run.rec["task"]))
+            per_variant.setdefault(key, {}).setdefault(str(run.rec["attention"]), []).append(run)
+    out = {}
+    for key, variants in per_variant.items():
+        settings = {a: _vote([_settings_json(flats[hashes[r.run_id]]) for r in rs], None) for a, rs in variants.items()}
+        sets = {a: _vote([r.test_set for r in rs if r.test_set is not None], None) for a, rs in variants.items()}
+        out[key] = (_vote(list(settings.values()), settings.get("softmax")),
+                    _vote([v for v in sets.values() if v is not None], sets.get("softmax")))
+    return out
+
+
+def _settings_json(flat: dict[str, Any]) -> str:
+    return json.dumps(protocol_settings(flat), sort_keys=True, default=str)
+
+
 def accuracy_groups(runs: list[Run], ledger: Ledger) -> list[AccuracyGroup]:
     """The accuracy tables built from the validated training runs (see the module rules)."""
     train = [r for r in runs if r.rec["mode"] == "train"]
-    following = seed_following(train)
     buckets: dict[tuple, dict[str, list[Run]]] = {}
     flats: dict[str, dict[str, Any]] = {}
+    hashes: dict[str, str] = {}
     for run in train:
-        flat = seedless(run.ident, following)
+        flat = seedless(run.ident, seed_following(run.ident))
         h = config_hash(flat)
-        flats[h] = flat
+        flats[h], hashes[run.run_id] = flat, h
         key = (str(run.rec["protocol"]), protocol_overrides(run.rec), str(run.rec["attention"]), str(run.rec["task"]))
         buckets.setdefault(key, {}).setdefault(h, []).append(run)
+    references = _references(train, flats, hashes)
     groups: dict[tuple[str, bool], AccuracyGroup] = {}
     for (protocol, overrides, attention, task), by_hash in sorted(buckets.items()):
-        cells = {h: Cell(flats[h], _one_per_seed(rs, ledger)) for h, rs in by_hash.items()}
-        main = max(cells, key=lambda h: (cells[h].n, cells[h].newest, h))
-        for h, cell in sorted(cells.items()):
-            labels = overrides if h == main else (*overrides, diff_label(cells[main].flat, cell.flat))
+        cells = {(h, ts): Cell(flats[h], _one_per_seed(rs, ledger), ts)
+                 for h, hrs in by_hash.items() for ts, rs in _split_by_test_set(hrs).items()}
+        ref_settings, ref_set = references.get((protocol, task), (None, None))
+        eligible = [k for k, c in cells.items()
+                    if overrides or (_settings_json(c.flat) == ref_settings and (ref_set is None or c.test_set in (None, ref_set)))]
+        main = max(eligible, key=lambda k: (cells[k].n, cells[k].newest, k[0], k[1] or "")) if eligible else None
+        base = cells[main].flat if main is not None else (json.loads(ref_settings) if ref_settings else {})
+        base_set = cells[main].test_set if main is not None else ref_set
+        for k, cell in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+            other = cell.flat if main is not None else protocol_settings(cell.flat)
+            shown_set = cell.test_set if cell.test_set not in (None, base_set) else None
+            labels = overrides if k == main else (*overrides, diff_label(base, other, k[0], shown_set))
             g = groups.setdefault((protocol, bool(labels)), AccuracyGroup(protocol, bool(labels)))
             g.rows.setdefault((attention, labels), {})[task] = cell
     return [groups[k] for k in sorted(groups)]

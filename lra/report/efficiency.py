@@ -6,12 +6,19 @@ Rules, written down:
 * A bench group is one measurement setup: bench protocol, device, batch size, task shapes, model
   (every size setting of ``config.model``), threads and the measurement settings (isolation,
   allocator). Runs of different setups never share a table or a ratio. Within a group the newest
-  finished record per variant counts; older ones are listed as superseded duplicates.
+  finished record per variant with at least one good length counts; older ones are listed as
+  superseded duplicates. A record in which every length failed (oom, timeout) never supersedes a
+  good one: it is listed as not used; it counts only when the variant has no good record.
 * Ratios are softmax / variant (the paper's "improvement" factors: > 1 = faster or smaller). Time
   and memory are fitted to a N^alpha (alpha with its 95% interval). Bold/underlined = lowest and
   second-lowest measured median: a ranking of single measurements, not a significance claim.
-* SMAT (eq. 10, :mod:`lra.report.smat`): speed and memory of the ``smat`` bench at its longest length,
-  accuracy = the Avg of protocol ``report.smat_protocol``; the title names N, batch, model, task and
+* SMAT (eq. 10, :mod:`lra.report.smat`): at ONE length N, the longest the ``smat`` bench measured
+  well for any variant; speed and memory of each variant at exactly N (a variant whose N failed gets
+  a row saying so, never another length's figure), accuracy = the Avg of protocol
+  ``report.smat_protocol`` (its protocol table: custom runs never feed it). Scored and normalised
+  only over the compared set, the variants with all three (memory resolved: a peak under
+  MIN_FIT_MB is not ranked; a bench whose attention settings differ from the accuracy runs' is
+  another model); fewer than two compared variants: no score (min-max needs two); the title names N, batch, model, task and
   device, and says when that is not the paper's protocol; the accuracy column says "LRA avg" only
   when the Avg covers the five LRA tasks. The suite's SMAT is the exact sum (stored unrounded);
   the published rows use the paper's rounding (components rounded to 2 decimals, then summed), the
@@ -25,10 +32,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from lra.identity import VARIANT, flatten, identity, setting_class
 from lra.report import reference as ref
 from lra.report import stats
 from lra.report.cells import AccuracyGroup, order
-from lra.report.screening import SUPERSEDED, Ledger, Run
+from lra.report.screening import NOT_USED, SUPERSEDED, Ledger, Run
 from lra.report.smat import smat_scores
 from lra.report.tables import MISSING, Cell, Table, emphasise, slug
 
@@ -66,6 +74,7 @@ class BenchGroup:
     setup: str                       # threads and measurement settings
     key_hash: str
     members: dict[str, dict[str, Any]] = field(default_factory=dict)  # attention -> bench block
+    runs: dict[str, Run] = field(default_factory=dict)                # attention -> its record
     name: str = ""
 
     @property
@@ -76,7 +85,12 @@ class BenchGroup:
 def bench_groups(runs: list[Run], ledger: Ledger) -> list[BenchGroup]:
     """The bench groups (see the module rules), each with unique table names."""
     groups: dict[tuple, BenchGroup] = {}
-    for run in sorted((r for r in runs if r.rec["mode"] == "bench"), key=lambda r: r.chrono, reverse=True):
+    failed: list[tuple[tuple, Run]] = []
+    # good records first (newest first), then the all-failed ones: a failed bench never supersedes a good one
+    ordered = sorted((r for r in runs if r.rec["mode"] == "bench"), key=lambda r: r.chrono, reverse=True)
+    ordered = [r for r in ordered if ok_results(r.rec["efficiency"]["bench"])] + [
+        r for r in ordered if not ok_results(r.rec["efficiency"]["bench"])]
+    for run in ordered:
         rec, bench = run.rec, run.rec["efficiency"]["bench"]
         shapes = bench.get("task_shapes") or {}
         model = (rec.get("config") or {}).get("model") or {}
@@ -91,9 +105,13 @@ def bench_groups(runs: list[Run], ledger: Ledger) -> list[BenchGroup]:
         g = groups.setdefault(key + (digest,), BenchGroup(*key, digest))
         attn = str(rec["attention"])
         if attn in g.members:
-            ledger.exclude(run, SUPERSEDED, f"a newer bench record of {attn} with the same setup counts")
+            if not ok_results(bench) and ok_results(g.members[attn]):
+                ledger.exclude(run, NOT_USED, f"every length failed ({_statuses(bench)}); the valid bench record "
+                                              f"{g.runs[attn].run_id} of {attn} with the same setup counts")
+            else:
+                ledger.exclude(run, SUPERSEDED, f"a newer bench record of {attn} with the same setup counts")
             continue
-        g.members[attn] = bench
+        g.members[attn], g.runs[attn] = bench, run
     out = [groups[k] for k in sorted(groups)]
     base = defaultdict(int)
     for g in out:
@@ -106,6 +124,23 @@ def bench_groups(runs: list[Run], ledger: Ledger) -> list[BenchGroup]:
 
 def ok_results(bench: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {int(r["length"]): r for r in bench.get("results", []) if r.get("status") == "ok"}
+
+
+def _statuses(bench: dict[str, Any]) -> str:
+    return ", ".join(f"{r['status']} at {r['length']}" for r in bench.get("results", [])) or "no lengths"
+
+
+def _status_at(bench: dict[str, Any], length: int) -> str:
+    """Why a variant has no good figure at ``length``."""
+    found = [str(r["status"]) for r in bench.get("results", []) if r["length"] == length]
+    return f"{found[-1]} at N={length}" if found else f"not measured at N={length}"
+
+
+def variant_settings(config: Any) -> dict[str, Any]:
+    """The attention variant's settings (:data:`lra.identity.VARIANT` class) of a record's config."""
+    if not isinstance(config, dict) or not isinstance(config.get("attention"), dict):
+        return {}
+    return {p: v for p, v in flatten(identity(config)).items() if setting_class(p) == VARIANT and p != "attention_name"}
 
 
 def _ratio_cell(value: float | None, base: float | None) -> Cell:
@@ -216,64 +251,103 @@ def accuracy_label(tasks: list[str], protocol: str) -> str:
     return f"mean accuracy over {', '.join(tasks) or 'no task'} (protocol {protocol}; not the LRA average)"
 
 
-def smat_rows(points: list[Point], source: str, round_to: int | None) -> tuple[list[list[Cell]], list[list[Any]]]:
-    """Rows with the normalised components in brackets; the CSV holds the scores of ``round_to``
-    (None: exact) and the exact sum."""
-    complete = [p for p in points if p[3] is not None]
-    columns = [list(c) for c in zip(*[p[1:] for p in complete])] if complete else []
-    scores = dict(zip([p[0] for p in complete], smat_scores(*columns, round_to=round_to) if complete else []))
-    exact = dict(zip([p[0] for p in complete], smat_scores(*columns, round_to=None) if complete else []))
+SmatPoint = tuple[str, float | None, float | None, float | None]  # name, examples/s, peak MB, accuracy (None: missing)
+
+
+def smat_rows(points: list[SmatPoint], source: str, round_to: int | None, why: dict[str, str] | None = None
+              ) -> tuple[list[list[Cell]], list[list[Any]], list[str]]:
+    """Rows with the normalised components in brackets, the CSV rows, and the compared set: the
+    points with all three figures and no reason in ``why``. Eq. 10 normalises over the compared
+    models; with fewer than two, min-max has no range and nothing is scored."""
+    why = dict(why or {})
+    compared = [p for p in points if p[0] not in why and None not in p[1:]]
+    if len(compared) < 2:
+        for p in compared:
+            why[p[0]] = "the only variant with speed, resolved memory and accuracy: min-max needs two"
+        compared = []
+    columns = [list(c) for c in zip(*[p[1:] for p in compared])] if compared else []
+    names = [p[0] for p in compared]
+    scores = dict(zip(names, smat_scores(*columns, round_to=round_to) if compared else []))
+    exact = dict(zip(names, smat_scores(*columns, round_to=None) if compared else []))
     rows, raw = [], []
     for name, speed, mem, acc in points:
         s = scores.get(name)
-        norm = (lambda v, k: f"{v:.1f} ({s[k]:.2f})" if s else f"{v:.1f}")  # noqa: E731
+        norm = (lambda v, k: MISSING if v is None else f"{v:.1f} ({s[k]:.2f})" if s else f"{v:.1f}")  # noqa: E731
+        smat = Cell(f"{s['smat']:.2f}", s["smat"]) if s else Cell(f"{MISSING} ({why[name]})" if name in why else MISSING)
         rows.append([Cell(name), Cell(source), Cell(norm(speed, "s_norm")), Cell(norm(mem, "m_norm")),
-                     Cell((f"{acc:.2f} ({s['acc_norm']:.2f})" if s else f"{acc:.2f}") if acc is not None else MISSING),
-                     Cell(f"{s['smat']:.2f}" if s else MISSING, s["smat"] if s else None)])
+                     Cell((f"{acc:.2f} ({s['acc_norm']:.2f})" if s else f"{acc:.2f}") if acc is not None else MISSING), smat])
         raw.append([name, source, speed, s["s_norm"] if s else None, mem, s["m_norm"] if s else None, acc,
-                    s["acc_norm"] if s else None, s["smat"] if s else None, exact[name]["smat"] if s else None])
-    return rows, raw
+                    s["acc_norm"] if s else None, s["smat"] if s else None, exact[name]["smat"] if s else None,
+                    why.get(name)])
+    return rows, raw, names
 
 
-SMAT_CSV = ["attention", "source", "speed", "s_norm", "peak_mb", "m_norm", "accuracy", "acc_norm", "smat", "smat_exact"]
+SMAT_CSV = ["attention", "source", "speed", "s_norm", "peak_mb", "m_norm", "accuracy", "acc_norm", "smat", "smat_exact",
+            "not_scored"]
 
 
-def smat_table(g: BenchGroup, averages: dict[str, tuple[float, list[str]]], protocol: str) -> tuple[Table, list[Point], str]:
-    """The table, the suite's complete points (for the bubble chart) and the accuracy's label."""
-    points: list[Point] = []
-    length = 0
+def smat_table(g: BenchGroup, averages: dict[str, tuple[float, list[str]]], protocol: str,
+               accuracy_variants: dict[str, set[str]] | None = None) -> tuple[Table, list[Point], str]:
+    """The table at one N, the compared set's points (for the bubble chart) and the accuracy's label.
+    ``accuracy_variants``: attention -> the JSON of the variant settings of its accuracy runs (the
+    identity check: a bench of other attention settings is another model)."""
+    length = max((n for b in g.members.values() for n in ok_results(b)), default=0)
+    points: list[SmatPoint] = []
+    why: dict[str, str] = {}
     for attn in sorted(g.members, key=order):
-        rs = ok_results(g.members[attn])
-        if rs:
-            length = max(length, max(rs))
-            r = rs[max(rs)]
-            avg = averages.get(attn)
-            points.append((attn, float(r["examples_per_s"]), float(r["peak_mb"]), avg[0] if avg else None))
+        r = ok_results(g.members[attn]).get(length)
+        avg = averages.get(attn)
+        points.append((attn, float(r["examples_per_s"]) if r else None, float(r["peak_mb"]) if r else None,
+                       avg[0] if avg else None))
+        bench_variant = json.dumps(variant_settings((g.runs[attn].rec if attn in g.runs else {}).get("config")),
+                                   sort_keys=True, default=str)
+        known = (accuracy_variants or {}).get(attn)
+        if r is None:
+            why[attn] = _status_at(g.members[attn], length)
+        elif r["peak_mb"] < MIN_FIT_MB:
+            why[attn] = f"memory unresolved (<{MIN_FIT_MB:g} MB): not ranked"
+        elif avg is None:
+            why[attn] = f"no complete accuracy row in protocol {protocol}"
+        elif known and bench_variant != "{}" and bench_variant not in known:
+            why[attn] = "the bench measured other attention settings than the accuracy runs"
     tasks = next(iter(averages.values()))[1] if averages else []
     acc_label = accuracy_label(tasks, protocol)
     lra_avg = list(tasks) == list(ref.LRA_TASKS)
     header = ["attention", "source", "Speed (ex/s)", "Peak MB", "LRA avg" if lra_avg else f"Avg {'+'.join(tasks) or '—'}", "SMAT"]
     table = Table(f"smat_{g.name.removeprefix('smat_')}", f"SMAT (eq. 10), N={length}, {g.title}; accuracy = {acc_label}", header, csv_header=SMAT_CSV)
-    own, raw = smat_rows(points, OWN, round_to=None)
+    own, raw, compared = smat_rows(points, OWN, round_to=None, why=why)
     emphasise([r[-1] for r in own])
     table.rows += own
     table.csv_rows += raw
     paper = (length == PAPER_SMAT["length"] and g.batch == PAPER_SMAT["batch"] and g.task == PAPER_SMAT["task"]
              and g.model == PAPER_SMAT["model"])
     table.notes += [
-        "SMAT = S_norm + (1 - M_norm) + Acc_norm, min-max normalised (in brackets) over this table's variants; "
-        f"speed and memory from the longest length ({length}) of the smat bench, accuracy = {acc_label}.",
+        f"SMAT = S_norm + (1 - M_norm) + Acc_norm (eq. 10), min-max normalised (in brackets) over the compared set: the "
+        f"{len(compared)} variant(s) with speed and resolved memory at N={length} and accuracy ({', '.join(compared) or 'none'}); "
+        f"every figure is from N={length}, never another length; accuracy = {acc_label}.",
         "The score is the exact sum, stored unrounded in the CSV (smat = smat_exact); shown to 2 decimals. "
         "(The paper rounds the components before summing; only its own rows are computed that way.)",
-        f"{MISSING}: the variant has no complete accuracy row, so no SMAT. Bold = highest, underlined = second: a "
-        "ranking of single measurements, not a significance claim.",
+        f"{MISSING} (reason): not scored (the bench failed or did not measure N, memory below {MIN_FIT_MB:g} MB is the "
+        "CPU method's resolution, no complete accuracy row, another model than the accuracy runs, or fewer than two "
+        "variants to normalise over). Bold = highest, underlined = second: a ranking of single measurements, not a "
+        "significance claim.",
     ]
     if not paper:
         table.notes.append(f"Not AdaMRA Table 3's protocol (task text at N={PAPER_SMAT['length']}, batch "
                            f"{PAPER_SMAT['batch']}, model {PAPER_SMAT['model']}, T4 GPU): compare rankings within this table only.")
     if not lra_avg:
         table.notes.append("The accuracy term is not the LRA average (it needs all five tasks), so this is not the paper's SMAT.")
-    return table, [p for p in points if p[3] is not None], acc_label
+    return table, [p for p in points if p[0] in compared], acc_label  # type: ignore[misc]
+
+
+def accuracy_variants(group: AccuracyGroup | None) -> dict[str, set[str]]:
+    """attention -> the JSON of the variant settings of its protocol row's cells (SMAT's identity check)."""
+    out: dict[str, set[str]] = {}
+    for (attn, labels), per in (group.rows.items() if group is not None else []):
+        if not labels:
+            out[attn] = {json.dumps({p: v for p, v in c.flat.items() if setting_class(p) == VARIANT and p != "attention_name"},
+                                    sort_keys=True, default=str) for c in per.values()}
+    return out
 
 
 def smat_reference_table() -> Table:
@@ -281,8 +355,8 @@ def smat_reference_table() -> Table:
     header = ["model", "source", "Speed (ex/s)", "Peak MB", "LRA avg", "SMAT"]
     table = Table("smat_reference_table3", f"SMAT (eq. 10), published: {ref.TABLE3_SOURCE}, text at N=4096, batch 8",
                   header, csv_header=SMAT_CSV)
-    refs: list[Point] = [(ref.label(m), s, mb, acc) for m, (s, mb, acc, _) in ref.ADAMRA_TABLE3.items()]
-    table.rows, table.csv_rows = smat_rows(refs, ref.TABLE3_SOURCE, round_to=2)
+    refs: list[SmatPoint] = [(ref.label(m), s, mb, acc) for m, (s, mb, acc, _) in ref.ADAMRA_TABLE3.items()]
+    table.rows, table.csv_rows, _ = smat_rows(refs, ref.TABLE3_SOURCE, round_to=2)
     table.notes.append("Normalised (in brackets) among the published models; recomputed from the printed inputs with the "
                        "paper's rounding (components to 2 decimals, then summed), which reproduces its printed scores; "
                        "smat_exact in the CSV is the unrounded sum.")

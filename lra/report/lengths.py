@@ -4,8 +4,9 @@ Rules, written down:
 
 * Accuracy by length: the test examples split at the quartiles of their real length (the number of
   real tokens; for two-document tasks both documents). Lengths are counted after truncation at
-  ``task.max_len``: an example cut there has a real length of at least ``max_len`` and sits in the
-  top bucket, whose label says how many were cut.
+  ``task.max_len``: an example at the cap was cut there or is exactly ``max_len`` long (its real
+  length is at least ``max_len``); it sits in the top bucket, whose label says how many are at
+  max_len (never "cut": the stored length cannot tell). A fixed-length task has none.
 * One test set per table: the runs' prediction files share it when their labels and lengths are
   equal (the most common set; runs on another are left out and named in the notes).
 * Bucket accuracy: the mean over the row's seeds, with a 95% two-level percentile bootstrap interval
@@ -35,11 +36,12 @@ def real_lengths(p: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def cut_examples(p: dict[str, np.ndarray], max_len: int | None) -> np.ndarray:
-    """Examples truncated at ``max_len`` (any document at the cap)."""
+    """Examples that may have been truncated: stored lengths are capped at ``max_len``, so a
+    document AT the cap was cut or is exactly ``max_len`` long; none is known to be cut. When every
+    example is at the cap (a fixed-length task: images), nothing was cut."""
     length = np.asarray(p["length"])
-    if not max_len:
-        return np.zeros(length.shape[0], dtype=bool)
-    return (length.reshape(length.shape[0], -1) >= max_len).any(axis=1)
+    at_cap = np.zeros(length.shape[0], dtype=bool) if not max_len else (length.reshape(length.shape[0], -1) >= max_len).any(axis=1)
+    return np.zeros_like(at_cap) if at_cap.all() else at_cap
 
 
 def reference_test_set(runs: list[Run]) -> str | None:
@@ -55,7 +57,7 @@ def bucket_labels(edges: np.ndarray, cut: int = 0) -> list[str]:
     k = len(edges) - 1
     labels = [f"{int(edges[i])}-{int(edges[i + 1]) - (1 if i < k - 1 else 0)}" for i in range(k)]
     if cut:
-        labels[-1] += f" ({cut} cut)"
+        labels[-1] += f" ({cut} at max_len)"
     return labels
 
 
@@ -102,8 +104,8 @@ def length_data(group: AccuracyGroup, task: str) -> tuple[Table, list[str], Leng
                        + "); (n ex) = examples in the bucket, the same for every seed; seeds = runs pooled in the row.")
     if cut:
         table.notes.append(f"Lengths are counted after truncation at task.max_len={max_len}: {cut} example(s) "
-                           f"({100 * cut / lengths.size:.1f}%) were cut, so their real length is ≥ {max_len}; "
-                           "they are in the top bucket.")
+                           f"({100 * cut / lengths.size:.1f}%) are at max_len: cut, or exactly {max_len} long (the "
+                           f"stored length cannot tell), so their real length is ≥ {max_len}; they are in the top bucket.")
     if left_out:
         table.notes.append("Not in this table: " + "; ".join(left_out) + " (another test set or no prediction file).")
     return table, labels, data

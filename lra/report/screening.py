@@ -16,7 +16,13 @@ Checks, written down:
   readable and complete (``pred``, ``correct``, ``label``, ``length``, equally long, as many
   examples as the record says), ``correct == (pred == label)`` everywhere, and its accuracy equal to
   the record's ``test_acc`` and ``predictions.accuracy`` (within half an example).
-* A bench record (``mode=bench``): a bench block with its per-length results.
+* Every other field a table reads has its type checked here, so a malformed one is an exclusion
+  with its reason, never a crash: ``overrides`` a list of strings, the learning curve
+  ``[[step, fraction], ...]``, ``metrics.best_val_step``, the training throughput and memory, the
+  stamp and start time, the prediction arrays' integer labels and lengths.
+* A bench record (``mode=bench``): a bench block whose per-length results are objects with a
+  positive int ``length`` and a ``status``; an ``ok`` result has finite, positive ``ms`` and
+  ``examples_per_s`` and a finite, non-negative ``peak_mb``.
 * Other modes (``mode=test``: a checkpoint evaluation) feed no table and are listed as such.
 
 A record that fails a check is excluded as a whole: one bad field makes the rest of it suspect.
@@ -32,9 +38,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from lra.identity import identity as experiment_identity
 from lra.records import read_record, record_files
 
-IdentityFn = Callable[[Any], dict[str, Any]]  # lra.training.resume.identity, passed in by run.py
+IdentityFn = Callable[[Any], dict[str, Any]]  # lra.identity.identity (the default everywhere)
 PRED_KEYS = ("pred", "correct", "label", "length")
 # exclusion kinds, in the order the report lists them
 MALFORMED, NOT_FINISHED, FAILED_CHECK, SUPERSEDED, NOT_USED = (
@@ -54,6 +61,7 @@ class Run:
     rec: dict[str, Any]
     preds: dict[str, np.ndarray] | None = None
     ident: dict[str, Any] = field(default_factory=dict)  # identity(config), seed included
+    _test_set: str | None = field(default=None, repr=False)
 
     @property
     def run_id(self) -> str:
@@ -85,12 +93,15 @@ class Run:
 
     @property
     def test_set(self) -> str | None:
-        """A fingerprint of the test set the predictions were made on (labels and lengths, in order)."""
+        """A fingerprint of the test set the predictions were made on (labels and lengths, in order):
+        part of what a cell pools on, so a reordered or other test set never pools silently."""
         if self.preds is None:
             return None
-        h = hashlib.sha1(np.ascontiguousarray(self.preds["label"]).astype(np.int64).tobytes())
-        h.update(np.ascontiguousarray(self.preds["length"]).astype(np.int64).tobytes())
-        return h.hexdigest()[:12]
+        if self._test_set is None:
+            h = hashlib.sha1(np.ascontiguousarray(self.preds["label"]).astype(np.int64).tobytes())
+            h.update(np.ascontiguousarray(self.preds["length"]).astype(np.int64).tobytes())
+            self._test_set = h.hexdigest()[:12]
+        return self._test_set
 
 
 @dataclass(frozen=True)
@@ -145,6 +156,89 @@ def check_fraction(name: str, value: Any) -> float:
         hint = " (a percentage? records store fractions)" if 1.0 < value <= 100.0 else ""
         raise CheckFailed(f"metrics.{name}={value} is outside [0, 1]{hint}")
     return float(value)
+
+
+def _positive(value: Any) -> bool:
+    return _number(value) and math.isfinite(value) and value > 0
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _optional(rec: dict[str, Any], dotted: str, ok: Callable[[Any], bool], want: str) -> None:
+    """A field the report reads when present: absent or null is fine, another type is not."""
+    value = _section(rec, dotted)
+    if value is not None and not ok(value):
+        raise CheckFailed(f"{dotted}={value!r} is not {want}")
+
+
+def check_common(rec: dict[str, Any]) -> None:
+    """Fields every table may read: the stamp, the start time, the efficiency block."""
+    for dotted, ok, want in (("stamp", lambda v: isinstance(v, dict), "an object"),
+                             ("stamp.git_commit", lambda v: isinstance(v, str), "a string"),
+                             ("stamp.cpu", lambda v: isinstance(v, str), "a string"),
+                             ("stamp.gpu", lambda v: isinstance(v, str), "a string"),
+                             ("started_at", lambda v: isinstance(v, str), "a string"),
+                             ("task", lambda v: isinstance(v, str) and bool(v), "a task name"),
+                             ("attention", lambda v: isinstance(v, str) and bool(v), "a variant name"),
+                             ("efficiency", lambda v: isinstance(v, dict), "an object"),
+                             ("config", lambda v: isinstance(v, dict), "an object"),
+                             ("config.model", lambda v: isinstance(v, dict), "an object")):
+        _optional(rec, dotted, ok, want)
+
+
+def check_train_fields(rec: dict[str, Any]) -> None:
+    """The training record's fields that tables read besides the metric."""
+    overrides = rec.get("overrides")
+    if overrides is not None and (not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides)):
+        raise CheckFailed(f"overrides={overrides!r} is not a list of strings (the run's command-line overrides)")
+    curve = rec.get("learning_curve")
+    if curve is not None:
+        if not isinstance(curve, list):
+            raise CheckFailed(f"learning_curve={curve!r} is not a list of [step, accuracy] points")
+        for point in curve:
+            if not (isinstance(point, list) and len(point) == 2 and _int(point[0]) and _number(point[1])
+                    and math.isfinite(point[1]) and 0.0 <= point[1] <= 1.0):
+                raise CheckFailed(f"learning_curve point {point!r} is not [step, accuracy fraction]")
+    for dotted, ok, want in (("metrics.best_val_step", _int, "an int"),
+                             ("efficiency.throughput", lambda v: isinstance(v, dict), "an object"),
+                             ("efficiency.throughput.train", lambda v: isinstance(v, dict), "an object"),
+                             ("efficiency.throughput.train.examples_per_s", _positive, "a positive number"),
+                             ("efficiency.peak_memory", lambda v: isinstance(v, dict), "an object"),
+                             ("efficiency.peak_memory.train_mb", _positive, "a positive number"),
+                             ("config.task", lambda v: isinstance(v, dict), "an object"),
+                             ("config.task.max_len", _int, "an int")):
+        _optional(rec, dotted, ok, want)
+
+
+def check_bench(rec: dict[str, Any]) -> None:
+    """The bench block the efficiency tables and SMAT read."""
+    bench = (rec.get("efficiency") or {}).get("bench")
+    if not isinstance(bench, dict) or not isinstance(bench.get("results"), list):
+        raise CheckFailed("no bench block with per-length results")
+    for dotted, ok, want in (("efficiency.threads", _int, "an int"), ("efficiency.bench.batch_size", _int, "an int"),
+                             ("efficiency.bench.protocol", lambda v: isinstance(v, str), "a string"),
+                             ("efficiency.bench.memory_method", lambda v: isinstance(v, str), "a string"),
+                             ("efficiency.bench.task_shapes", lambda v: isinstance(v, dict), "an object")):
+        _optional(rec, dotted, ok, want)
+    for i, r in enumerate(bench["results"]):
+        where = f"efficiency.bench.results[{i}]"
+        if not isinstance(r, dict):
+            raise CheckFailed(f"{where}={r!r} is not an object")
+        if not _int(r.get("length")) or r["length"] <= 0:
+            raise CheckFailed(f"{where}.length={r.get('length')!r} is not a positive int")
+        if not isinstance(r.get("status"), str):
+            raise CheckFailed(f"{where}.status={r.get('status')!r} is not a string")
+        if r["status"] != "ok":
+            continue
+        for key, floor in (("ms", 0.0), ("examples_per_s", 0.0), ("peak_mb", None)):
+            value = r.get(key)
+            if key not in r:
+                raise CheckFailed(f"{where} (length {r['length']}, ok) has no {key}")
+            good = _number(value) and math.isfinite(value) and (value > floor if floor is not None else value >= 0)
+            if not good:
+                raise CheckFailed(f"{where}.{key}={value!r} is not a {'positive' if floor is not None else 'non-negative'} number")
 
 
 def _section(config: dict[str, Any], dotted: str) -> Any:
@@ -214,6 +308,11 @@ def check_predictions(results_dir: Path, rec: dict[str, Any]) -> dict[str, np.nd
     sizes = {k: int(np.asarray(arrays[k]).shape[0]) if np.asarray(arrays[k]).ndim else -1 for k in PRED_KEYS}
     if len(set(sizes.values())) != 1:
         raise CheckFailed(f"its predictions arrays differ in length ({', '.join(f'{k} {v}' for k, v in sizes.items())})")
+    for key in ("label", "length"):
+        if not np.issubdtype(np.asarray(arrays[key]).dtype, np.integer):
+            raise CheckFailed(f"its predictions' {key} array holds {np.asarray(arrays[key]).dtype}, not integers")
+    if (np.asarray(arrays["length"]) < 0).any():
+        raise CheckFailed("its predictions' lengths include negative values")
     n = sizes["correct"]
     if n <= 0 or n != named.get("n"):
         raise CheckFailed(f"its predictions file holds {n} examples, the record says {named.get('n')}")
@@ -230,9 +329,11 @@ def check_predictions(results_dir: Path, rec: dict[str, Any]) -> dict[str, np.nd
     return arrays
 
 
-def screen(results_dir: str | Path, metric: str, identity: IdentityFn) -> tuple[list[Run], Ledger]:
+def screen(results_dir: str | Path, metric: str, identity: IdentityFn | None = None) -> tuple[list[Run], Ledger]:
     """Every record file checked: the runs the tables may use (finished, passed), and the ledger of
-    the rest. Duplicates and unused runs are added to the ledger later, by the tables' builders."""
+    the rest. Duplicates and unused runs are added to the ledger later, by the tables' builders.
+    ``identity``: :func:`lra.identity.identity` unless a caller passes the same function (older callers)."""
+    identity = identity or experiment_identity
     results_dir = Path(results_dir)
     ledger, runs = Ledger(), []
     for path in record_files(results_dir):
@@ -254,12 +355,13 @@ def screen(results_dir: str | Path, metric: str, identity: IdentityFn) -> tuple[
             continue
         try:
             if rec["mode"] == "train":
+                check_common(rec)
                 run.ident = check_train(rec, metric, identity)
+                check_train_fields(rec)
                 run.preds = check_predictions(results_dir, rec)
             elif rec["mode"] == "bench":
-                bench = (rec.get("efficiency") or {}).get("bench")
-                if not isinstance(bench, dict) or not isinstance(bench.get("results"), list):
-                    raise CheckFailed("no bench block with per-length results")
+                check_common(rec)
+                check_bench(rec)
             else:
                 ledger.exclude(run, NOT_USED, f"mode={rec['mode']}: only training (mode=train) and bench records feed tables")
                 continue

@@ -2,13 +2,11 @@
 
 A run is identified by ``run_key``: a hash of what defines the experiment, so the same command finds
 its own unfinished record and checkpoint (resume) or its finished record (skip), whatever logger,
-output folder or launch time it has. See :func:`run_key` for what is in the key and why.
+output folder or launch time it has. What is in the key and why: :mod:`lra.identity`.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import logging
 import os
 import signal
@@ -20,51 +18,16 @@ from typing import Any, Iterator
 import pytorch_lightning as pl
 import torch
 from filelock import FileLock, Timeout
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.badinput import BadInputError, DataMissingError
+from lra.identity import identity, run_key  # noqa: F401 - the one definition (lra/identity.py); re-exported
 from lra.records import is_rank_zero, load_records
 from lra.training.checkpoints import LastCheckpoint, validates_next
 
-# The identity of a run: an ALLOW-list of top-level sections (what defines the experiment), so a new
-# section (bench/report settings, a logger, an output path, a launch timestamp) can never make the
-# same experiment look new. Left out on purpose: paths, logger, callbacks (what is recorded, not what
-# is trained), bench, report, checkpointing/resume/ckpt_path (how the run is kept), threads (an
-# execution setting: it changes speed, not the experiment), hydra.
-IDENTITY = ("mode", "task", "attention_name", "attention", "model", "optim", "protocol", "seed", "trainer")
-# Inside those sections, a DENY-list of settings that only say where or how visibly things run.
-# Trainer keys are denied rather than allowed so a result-changing key added on the command line
-# (``+trainer.accumulate_grad_batches=2``) still makes a new run.
-PRESENTATION = {
-    "trainer": ("enable_progress_bar", "enable_model_summary", "default_root_dir", "log_every_n_steps",
-                "compile_limit"),
-    "datamodule": ("num_workers",),  # how fast data loads; every ``*_dir`` key (where data lives) too
-}
-# Switches that change the numbers only when on (a compiled or graph-safe run draws counter-based
-# randoms): off, they are left out of the identity, so the keys of runs from before they existed hold.
-OFF_BY_DEFAULT = (("trainer", "compile"), ("model", "graph_safe"))
 RESUMABLE = ("running", "interrupted", "failed")
 log = logging.getLogger(__name__)
-
-
-def identity(cfg: DictConfig) -> dict[str, Any]:
-    """The settings that define the experiment (hashed by :func:`run_key`)."""
-    ident = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v
-             for k in IDENTITY if (v := cfg.get(k)) is not None}
-    for key in PRESENTATION["trainer"]:
-        (ident.get("trainer") or {}).pop(key, None)
-    for node, key in OFF_BY_DEFAULT:
-        if not (ident.get(node) or {}).get(key, True):
-            ident[node].pop(key)
-    datamodule = (ident.get("task") or {}).get("datamodule") or {}
-    for key in [k for k in datamodule if k in PRESENTATION["datamodule"] or k.endswith("_dir")]:
-        datamodule.pop(key)
-    return ident
-
-
-def run_key(cfg: DictConfig) -> str:
-    return hashlib.sha1(json.dumps(identity(cfg), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def find_previous(results_dir: str | Path, key: str) -> tuple[dict | None, dict | None]:

@@ -7,13 +7,13 @@ IDENT = ("tests/training/test_run_identity.py",)
 STOPS = "tests/data/test_generation_stops.py::test_two_ctrl_c_during_pathfinder_generation_stop_at_once_and_leave_no_worker"
 DAY2 = "tests/training/test_second_day.py"
 MUTANTS = [
-    Mutant("run_ux-key-has-logger", "lra/training/resume.py",
+    Mutant("run_ux-key-has-logger", "lra/identity.py",
            'IDENTITY = ("mode", "task",', 'IDENTITY = ("logger", "paths", "mode", "task",',
            "the key holds the logger's timestamped save_dir: every launch is a new run (no resume, no skip)", IDENT),
-    Mutant("run_ux-key-keeps-data-paths", "lra/training/resume.py",
-           ' or k.endswith("_dir")]', "]",
+    Mutant("run_ux-key-keeps-data-paths", "lra/identity.py",
+           '"task.datamodule.num_workers": NEUTRAL,\n}', '"task.datamodule.num_workers": NEUTRAL,\n    "task.datamodule.data_dir": PROTOCOL,\n}',
            "moving the data directory makes a finished experiment look new", IDENT),
-    Mutant("run_ux-key-drops-trainer", "lra/training/resume.py",
+    Mutant("run_ux-key-drops-trainer", "lra/identity.py",
            '"protocol", "seed", "trainer")', '"protocol", "seed")',
            "a run with other max_steps resumes/skips as if it were the same experiment", IDENT),
     Mutant("run_ux-stop-without-checkpoint", "lra/training/resume.py",

@@ -1,5 +1,5 @@
-"""Fabricated results folders for the report's tests: records with real-looking configs (so the resume
-key's ``identity`` applies to them as to real runs) and prediction files with a chosen number of
+"""Fabricated results folders for the report's tests: records with real-looking configs (so
+:func:`lra.identity.identity` applies to them as to real runs) and prediction files with a chosen number of
 correct test examples. Everything is deterministic."""
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from lra.report.build import build_report
-from lra.training.resume import identity
 
 N_TEST = 200
 
@@ -106,4 +105,4 @@ class Results:
         return new
 
     def report(self, **kw: Any) -> tuple[str, dict[str, str], dict[str, bytes]]:
-        return build_report(self.root, identity=identity, **kw)
+        return build_report(self.root, **kw)

@@ -127,7 +127,7 @@ def test_tables_from_fabricated_records(fabricated):
     # accuracy term is a two-task mean here, and the table says so
     assert "| linear | run | 80.0 (1.00) | 1000.0 (0.00) | 51.00 (1.00) | **3.00** |" in md
     assert "| softmax | run | 10.0 (0.00) | 3000.0 (1.00) | 47.50 (0.00) | <u>0.00</u> |" in md
-    assert "| zeta | run | 40.0 | 900.0 | — | — |" in md
+    assert "| zeta | run | 40.0 | 900.0 | — | — (no complete accuracy row in protocol xiong2021) |" in md
     assert "| attention | source | Speed (ex/s) | Peak MB | Avg listops+text | SMAT |" in md
     assert "T4" not in files["tables/smat_test-cpu.csv"] and "smat bench, bench protocol smat, Test CPU" in md
     assert "broken.json" in md and "- **failed** × 1: `a7`" in md

@@ -1,0 +1,41 @@
+"""Bugs of "the same experiment" (issue 34): the seed rule, the test-set fingerprint, run pairs."""
+from tests.mutants import Mutant
+
+CASES = "tests/report/test_identity_cases.py"
+IDENT = ("tests/training/test_run_identity.py",)
+MUTANTS = [
+    Mutant("identity-seed-rule-from-last-record", "lra/report/cells.py",
+           "flat = seedless(run.ident, seed_following(run.ident))", "flat = seedless(run.ident, seed_following(train[-1].ident))",
+           "whether a data seed follows the run seed decided from the last record alone: one custom run splits every cell",
+           (f"{CASES}::test_1_one_run_with_a_fixed_data_seed_leaves_the_others_pooled",)),
+    Mutant("identity-run-pairs-by-size", "lra/report/comparisons.py",
+           "ra.test_set != rb.test_set", "ra.n_test != rb.n_test",
+           "run pairs matched by test-set size: McNemar over two different sets of examples",
+           (f"{CASES}::test_10_run_pairs_need_the_same_test_set_not_its_size",)),
+    Mutant("identity-fingerprint-ignores-lengths", "lra/report/screening.py",
+           '            h.update(np.ascontiguousarray(self.preds["length"]).astype(np.int64).tobytes())\n', "",
+           "a test-set fingerprint of the labels alone: a run on other examples with the same labels pools",
+           (f"{CASES}::test_10_the_fingerprint_holds_the_lengths",)),
+    Mutant("identity-cells-ignore-test-set", "lra/report/cells.py",
+           "out.setdefault(run.test_set if run.test_set is not None else common, []).append(run)",
+           "out.setdefault(common, []).append(run)",
+           "a run on another (reordered) test set pools silently into the cell",
+           (f"{CASES}::test_10_a_run_on_another_test_set_never_pools",)),
+    Mutant("identity-yaml-edit-is-protocol", "lra/report/cells.py",
+           "if overrides or (_settings_json(c.flat) == ref_settings", "if overrides or (True",
+           "a YAML-edited configuration (no override) shown as the protocol",
+           (f"{CASES}::test_6_a_yaml_edited_configuration_is_not_the_protocol",)),
+    Mutant("identity-failed-bench-supersedes", "lra/report/efficiency.py",
+           "    ordered = [r for r in ordered if ok_results(r.rec[\"efficiency\"][\"bench\"])] + [\n        r for r in ordered if not ok_results(r.rec[\"efficiency\"][\"bench\"])]\n",
+           "",
+           "a newer all-oom bench supersedes the valid one",
+           (f"{CASES}::test_5_a_failed_bench_never_supersedes_a_good_one",)),
+    Mutant("identity-smat-unresolved-ranked", "lra/report/efficiency.py",
+           "        elif r[\"peak_mb\"] < MIN_FIT_MB:\n", "        elif False:\n",
+           "memory peaks below the CPU method's resolution ranked by SMAT",
+           (f"{CASES}::test_4_unresolved_memory_is_never_ranked",)),
+    Mutant("identity-neutral-dirs-not-neutral", "lra/identity.py",
+           'if dotted.rsplit(".", 1)[-1].endswith("_dir"):', "if False:",
+           "moving the data directory makes a finished experiment look new (and task.datamodule.imdb_dir=... custom)",
+           IDENT),
+]
