@@ -6,9 +6,9 @@ Choices, written down (the report repeats them in its table titles and notes):
   n >= 2 seeds; one seed has no interval. The training seed is the unit of replication: the test
   examples are the same for every seed, so resampling them says nothing about another training run.
 * Seed-level tests need :data:`MIN_SEEDS` (3) seeds per side: with 2 a t-test has one degree of
-  freedom, and its p-value rests on a single spread estimate. Paired t over the seeds both sides ran
-  (same seed = same initialisation stream and data order) when at least 3 are common, else Welch's t
-  over all seeds of each side. Accuracies move in steps of one test example (100 / n_test points),
+  freedom, and its p-value rests on a single spread estimate. Paired t (same seed = same
+  initialisation stream and data order) when both cells hold the same seeds, else Welch's t over all
+  seeds of each side: a test is over the seeds its cells display (:mod:`lra.report.comparisons`). Accuracies move in steps of one test example (100 / n_test points),
   so a spread below one step is rounding, not evidence that the seeds agree: every standard
   deviation is floored at one step (:func:`spread_floor`); without the floor, equal per-seed
   differences give p = 0 and a zero-width interval.
