@@ -5,8 +5,13 @@ Rules, written down (statistics in :mod:`lra.report.stats`):
 * Seed-level test of two cells (:func:`seed_test`): both cells need >= 3 seeds (below that the cells
   show their intervals and no test is run); both must be one experiment apart from the attention
   (their seedless identities differ only in ``attention``/``attention_name``) and share the number
-  of test examples (it sets the spread floor). Paired t over the common seeds when >= 3 are common,
-  else Welch's t over all seeds of each side; standard deviations floored at one test example.
+  of examples the metric was measured on (it sets the spread floor): the test set's for
+  ``test_acc``, the validation set's for ``best_val_acc`` (``metrics.n_val``; unknown: no test).
+* Every comparison is over what it displays: its difference is the difference of the two cells'
+  displayed means. Paired t when both cells hold the same seeds (every displayed seed has its
+  pair); when their seeds differ, Welch's t over all seeds of each side, never a paired t over the
+  common seeds alone (that would test a difference no cell shows: a dagger could sit beside the
+  lower mean). Standard deviations floored at one example. So a mark never contradicts the means.
 * The declared family of a protocol table (:func:`declared_family`): every variant against softmax
   (the softmax row with the same labels), per task, nothing else; Holm over the members that were
   tested. Only these earn the dagger. Adding ``report.compare`` or another table's runs does not
@@ -28,9 +33,11 @@ import numpy as np
 
 from lra.report import stats
 from lra.report.cells import ATTENTION_SECTIONS, AccuracyGroup, Cell, RowKey, differences
+from lra.report.screening import Run
 
 ALPHA = 0.05
 SIGNIFICANT = "†"
+VAL_SIZE = "n_val"  # metrics field: validation examples behind best_val_acc (its spread floor)
 
 
 @dataclass
@@ -41,10 +48,19 @@ class ComparisonRow:
     result: stats.Comparison | None
     reason: str = ""
     p_holm: float | None = None
+    means: tuple[float, float] | None = None  # the displayed means (variant, baseline) the test compares
 
     @property
     def significant(self) -> bool:
         return self.p_holm is not None and self.p_holm < ALPHA
+
+
+def measured_on(run: Run, metric: str) -> int | None:
+    """Examples behind ``metric``: the spread floor's denominator (None: unknown)."""
+    if metric == "test_acc":
+        return run.n_test
+    n = (run.rec.get("metrics") or {}).get(VAL_SIZE)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def seed_test(a: Cell, b: Cell, metric: str) -> tuple[stats.Comparison | None, str]:
@@ -54,15 +70,23 @@ def seed_test(a: Cell, b: Cell, metric: str) -> tuple[stats.Comparison | None, s
     other = differences(b.flat, a.flat, skip=ATTENTION_SECTIONS)  # the variant's settings where they differ
     if other:
         return None, f"not one experiment apart from the attention (differ in {', '.join(other[:3])})"
-    sizes = set(a.n_tests) | set(b.n_tests)
-    if len(sizes) != 1 or len(a.with_predictions) < a.n or len(b.with_predictions) < b.n:
-        why = "different test-set sizes" if len(sizes) > 1 else "test-set size unknown (no prediction files)"
-        return None, f"{why}: no spread floor"
+    sizes = {measured_on(r, metric) for c in (a, b) for r in c.runs.values()}
+    where = "test" if metric == "test_acc" else "validation"
+    if len(sizes - {None}) > 1:
+        return None, f"different {where}-set sizes: no spread floor"
+    if None in sizes:
+        unknown = "no prediction files" if metric == "test_acc" else f"the records lack metrics.{VAL_SIZE}"
+        return None, f"{where}-set size unknown ({unknown}): no spread floor"
     floor = stats.spread_floor(sizes.pop())
-    common = sorted(set(a.runs) & set(b.runs))
-    if len(common) >= stats.MIN_SEEDS:
+    common = [s for s in a.seeds if s in b.runs]
+    if common == a.seeds == b.seeds:  # paired only when it covers every displayed seed
         return stats.paired_t([a.runs[s].value(metric) for s in common], [b.runs[s].value(metric) for s in common], floor), ""
     return stats.welch_t(a.values(metric), b.values(metric), floor), ""
+
+
+def _row(task: str, a: RowKey, b: RowKey, ca: Cell, cb: Cell, metric: str) -> ComparisonRow:
+    means = (float(np.mean(ca.values(metric))), float(np.mean(cb.values(metric))))
+    return ComparisonRow(task, a, b, *seed_test(ca, cb, metric), means=means)
 
 
 def _holm(rows: list[ComparisonRow]) -> list[ComparisonRow]:
@@ -77,8 +101,7 @@ def _pairs(group: AccuracyGroup, wanted: list[tuple[RowKey, RowKey]], metric: st
     for task in group.tasks:
         for a, b in wanted:
             if task in group.rows[a] and task in group.rows[b]:
-                result, reason = seed_test(group.rows[a][task], group.rows[b][task], metric)
-                out.append(ComparisonRow(task, a, b, result, reason))
+                out.append(_row(task, a, b, group.rows[a][task], group.rows[b][task], metric))
     return out
 
 
@@ -128,7 +151,7 @@ def ranking_marks(group: AccuracyGroup, metric: str) -> tuple[dict[tuple[str, Ro
     for task in group.tasks:
         ranked = sorted((k for k, per in group.rows.items() if task in per),
                         key=lambda k: (-float(np.mean(group.rows[k][task].values(metric))), k))
-        per_task[task] = [ComparisonRow(task, a, b, *seed_test(group.rows[a][task], group.rows[b][task], metric))
+        per_task[task] = [_row(task, a, b, group.rows[a][task], group.rows[b][task], metric)
                           for a, b in zip(ranked[:2], ranked[1:3])]
     tests = _holm([c for rows in per_task.values() for c in rows])
     marks: dict[tuple[str, RowKey], int] = {}

@@ -38,7 +38,7 @@ from lra.report import stats
 from lra.report.cells import AccuracyGroup, order
 from lra.report.screening import NOT_USED, SUPERSEDED, Ledger, Run
 from lra.report.smat import smat_scores
-from lra.report.tables import MISSING, Cell, Table, emphasise, slug
+from lra.report.tables import MISSING, Table, TableCell, emphasise, slug
 
 OWN = "run"
 MIN_FIT_MB = 1.0  # peaks below this are the CPU method's resolution (reused pages), not a size
@@ -143,18 +143,18 @@ def variant_settings(config: Any) -> dict[str, Any]:
     return {p: v for p, v in flatten(identity(config)).items() if setting_class(p) == VARIANT and p != "attention_name"}
 
 
-def _ratio_cell(value: float | None, base: float | None) -> Cell:
+def _ratio_cell(value: float | None, base: float | None) -> TableCell:
     if value is None:
-        return Cell(MISSING)
+        return TableCell(MISSING)
     ratio = f" ({base / value:.2f}x)" if base and value > 0 else ""
-    return Cell(f"{value:.1f}{ratio}", value)
+    return TableCell(f"{value:.1f}{ratio}", value)
 
 
-def _memory_cell(value: float | None, base: float | None) -> Cell:
+def _memory_cell(value: float | None, base: float | None) -> TableCell:
     """A peak under MIN_FIT_MB is below what the CPU method resolves (an in-process run, say): shown
     as such, never ranked or turned into a ratio."""
     if value is not None and value < MIN_FIT_MB:
-        return Cell(f"<{MIN_FIT_MB:g} (unresolved)")
+        return TableCell(f"<{MIN_FIT_MB:g} (unresolved)")
     return _ratio_cell(value, base if base is None or base >= MIN_FIT_MB else None)
 
 
@@ -168,11 +168,11 @@ def power_fits(rs: dict[int, dict[str, Any]]) -> tuple[stats.PowerFit | None, st
     return out[0], out[1]
 
 
-def _alpha_cell(fit: stats.PowerFit | None) -> Cell:
+def _alpha_cell(fit: stats.PowerFit | None) -> TableCell:
     if fit is None:
-        return Cell(MISSING)
+        return TableCell(MISSING)
     ci = f" [{fit.low:.2f}, {fit.high:.2f}]" if fit.low is not None else " [—]"
-    return Cell(f"{fit.alpha:.2f}{ci}")
+    return TableCell(f"{fit.alpha:.2f}{ci}")
 
 
 def efficiency_table(g: BenchGroup) -> Table:
@@ -189,7 +189,7 @@ def efficiency_table(g: BenchGroup) -> Table:
     for attn in sorted(per, key=order):
         rs = per[attn]
         fits = power_fits(rs)
-        cells = [Cell(attn), Cell(OWN)]
+        cells = [TableCell(attn), TableCell(OWN)]
         cells += [_ratio_cell(rs[n]["ms"] if n in rs else None, base.get(n, {}).get("ms")) for n in lengths]
         cells += [_memory_cell(rs[n]["peak_mb"] if n in rs else None, base.get(n, {}).get("peak_mb")) for n in lengths]
         own.append(cells + [_alpha_cell(f) for f in fits])
@@ -228,7 +228,7 @@ def efficiency_reference_table() -> Table:
                   csv_header=["model", "source"] + [f"{k}_{n}" for n in lengths for k in ("ms", "ms_ratio", "mb", "mb_ratio")])
     t_ref, m_ref = ref.ADAMRA_TABLE2["Transformer"]
     for model, (ms, mb) in ref.ADAMRA_TABLE2.items():
-        table.rows.append([Cell(ref.label(model)), Cell(ref.TABLE2_SOURCE)]
+        table.rows.append([TableCell(ref.label(model)), TableCell(ref.TABLE2_SOURCE)]
                           + [_ratio_cell(float(ms[i]), float(t_ref[i])) for i in range(len(lengths))]
                           + [_ratio_cell(float(mb[i]), float(m_ref[i])) for i in range(len(lengths))])
         table.csv_rows.append([ref.label(model), ref.TABLE2_SOURCE]
@@ -255,7 +255,7 @@ SmatPoint = tuple[str, float | None, float | None, float | None]  # name, exampl
 
 
 def smat_rows(points: list[SmatPoint], source: str, round_to: int | None, why: dict[str, str] | None = None
-              ) -> tuple[list[list[Cell]], list[list[Any]], list[str]]:
+              ) -> tuple[list[list[TableCell]], list[list[Any]], list[str]]:
     """Rows with the normalised components in brackets, the CSV rows, and the compared set: the
     points with all three figures and no reason in ``why``. Eq. 10 normalises over the compared
     models; with fewer than two, min-max has no range and nothing is scored."""
@@ -273,9 +273,9 @@ def smat_rows(points: list[SmatPoint], source: str, round_to: int | None, why: d
     for name, speed, mem, acc in points:
         s = scores.get(name)
         norm = (lambda v, k: MISSING if v is None else f"{v:.1f} ({s[k]:.2f})" if s else f"{v:.1f}")  # noqa: E731
-        smat = Cell(f"{s['smat']:.2f}", s["smat"]) if s else Cell(f"{MISSING} ({why[name]})" if name in why else MISSING)
-        rows.append([Cell(name), Cell(source), Cell(norm(speed, "s_norm")), Cell(norm(mem, "m_norm")),
-                     Cell((f"{acc:.2f} ({s['acc_norm']:.2f})" if s else f"{acc:.2f}") if acc is not None else MISSING), smat])
+        smat = TableCell(f"{s['smat']:.2f}", s["smat"]) if s else TableCell(f"{MISSING} ({why[name]})" if name in why else MISSING)
+        rows.append([TableCell(name), TableCell(source), TableCell(norm(speed, "s_norm")), TableCell(norm(mem, "m_norm")),
+                     TableCell((f"{acc:.2f} ({s['acc_norm']:.2f})" if s else f"{acc:.2f}") if acc is not None else MISSING), smat])
         raw.append([name, source, speed, s["s_norm"] if s else None, mem, s["m_norm"] if s else None, acc,
                     s["acc_norm"] if s else None, s["smat"] if s else None, exact[name]["smat"] if s else None,
                     why.get(name)])

@@ -25,7 +25,7 @@ import numpy as np
 from lra.report import stats
 from lra.report.cells import AccuracyGroup, RowKey, labels_text, row_text
 from lra.report.screening import Run
-from lra.report.tables import MISSING, Cell, Table, slug
+from lra.report.tables import MISSING, Table, TableCell, slug
 
 LengthRows = dict[RowKey, list[tuple[float, float, float] | None]]  # per bucket (acc, low, high)
 
@@ -95,8 +95,8 @@ def length_data(group: AccuracyGroup, task: str) -> tuple[Table, list[str], Leng
         row = [stats.seeds_examples_bootstrap(correct[:, bucket == i]) if counts[i] else None for i in range(len(labels))]
         data[key] = [None if b is None else (100 * b[0], 100 * b[1], 100 * b[2]) for b in row]
         label = labels_text(key[1]) if group.custom else "run"
-        table.rows.append([Cell(key[0]), Cell(label), Cell(str(len(runs)))]
-                          + [Cell(f"{x[0]:.2f} [{x[1]:.2f}, {x[2]:.2f}]", x[0]) if x else Cell(MISSING) for x in data[key]])
+        table.rows.append([TableCell(key[0]), TableCell(label), TableCell(str(len(runs)))]
+                          + [TableCell(f"{x[0]:.2f} [{x[1]:.2f}, {x[2]:.2f}]", x[0]) if x else TableCell(MISSING) for x in data[key]])
         table.csv_rows.append([key[0], label, len(runs)] + [v for x, n in zip(data[key], counts)
                                                             for v in ((*x, n) if x is not None else (None, None, None, n))])
     table.notes.append("Buckets: quartiles of the real length of the test examples (real tokens"

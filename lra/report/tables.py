@@ -1,10 +1,14 @@
-"""A small table model rendered three ways: Markdown (report.md), CSV (raw numbers) and LaTeX.
+"""One table model rendered three ways: Markdown (report.md), CSV (raw numbers) and LaTeX.
+
+The three are renderings of the same cells, so they cannot say different things: the LaTeX cell is
+the Markdown cell's text, escaped (no second, compact form that could drop a flag or name another
+interval); the caption is the title and the legend the notes. A cell's ``data`` are the unrounded
+figures it displays (its CSV columns, named); a table whose cells carry data writes its CSV from
+them, so each CSV field belongs to one displayed cell. Tables built the older way (``csv_header``
+and ``csv_rows`` given apart: efficiency and SMAT, lra/report/efficiency.py) keep that path.
 
 Display cells carry an emphasis rank: 1 = bold, 2 = underlined, as in the AdaMRA tables (what earns
-a rank is each table builder's rule, stated in its notes). CSV rows hold the unformatted numbers so
-nothing is lost to rounding. The LaTeX file is a complete ``table`` float: caption (the title),
-tabular (each cell's compact ``tex`` form where it has one, e.g. ``46.2$\pm$1.8``), and the notes
-as the legend below it.
+a rank is each table builder's rule, stated in its notes).
 """
 from __future__ import annotations
 
@@ -19,11 +23,14 @@ MISSING = "—"
 
 
 @dataclass
-class Cell:
+class TableCell:
+    """One displayed cell (not an accuracy cell of pooled runs: that is lra.report.cells.Cell)."""
     text: str
     value: float | None = None   # what ranking compares
     emph: int = 0                # 1 bold, 2 underlined
-    tex: str | None = None       # compact LaTeX form (already escaped); None: the escaped text
+    data: dict[str, Any] | None = None  # CSV column -> the unrounded figure this cell displays
+
+
 
 
 @dataclass
@@ -31,13 +38,13 @@ class Table:
     name: str                    # file stem under tables/
     title: str
     header: list[str]
-    rows: list[list[Cell]] = field(default_factory=list)
+    rows: list[list[TableCell]] = field(default_factory=list)
     csv_header: list[str] = field(default_factory=list)
     csv_rows: list[list[Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     def markdown(self) -> str:
-        def fmt(c: Cell) -> str:
+        def fmt(c: TableCell) -> str:
             t = c.text.replace("|", "\\|")
             return f"**{t}**" if c.emph == 1 else f"<u>{t}</u>" if c.emph == 2 else t
 
@@ -46,8 +53,8 @@ class Table:
         return "\n".join(lines)
 
     def latex(self) -> str:
-        def fmt(c: Cell) -> str:
-            t = c.tex if c.tex is not None else latex_escape(c.text)
+        def fmt(c: TableCell) -> str:
+            t = latex_escape(c.text)
             return f"\\textbf{{{t}}}" if c.emph == 1 else f"\\underline{{{t}}}" if c.emph == 2 else t
 
         spec = "l" * 2 + "r" * (len(self.header) - 2)
@@ -61,13 +68,32 @@ class Table:
         out.append("\\end{table}")
         return "\n".join(out) + "\n"
 
+    def csv_table(self) -> tuple[list[str], list[list[Any]]]:
+        """(header, rows) of the CSV: the cells' data where the table has no separate CSV rows."""
+        if self.csv_header:
+            return self.csv_header, self.csv_rows
+        header = [k for c in self.rows[0] for k in (c.data or {})] if self.rows else []
+        rows = []
+        for row in self.rows:
+            keys = [k for c in row for k in (c.data or {})]
+            if keys != header:
+                raise ValueError(f"table {self.name}: a row's cells carry other CSV columns ({keys} != {header})")
+            rows.append([v for c in row for v in (c.data or {}).values()])
+        return header, rows
+
     def csv(self) -> str:
+        header, rows = self.csv_table()
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
-        w.writerow(self.csv_header)
-        for row in self.csv_rows:
-            w.writerow(["" if v is None else repr(float(v)) if isinstance(v, float) else v for v in row])  # raw: unrounded
+        w.writerow(header)
+        for row in rows:
+            w.writerow([csv_field(v) for v in row])
         return buf.getvalue()
+
+
+def csv_field(v: Any) -> Any:
+    """A CSV field: raw, unrounded (floats as repr), None empty."""
+    return "" if v is None else repr(float(v)) if isinstance(v, float) else v
 
 
 def slug(text: str) -> str:
@@ -86,11 +112,14 @@ def latex_escape(text: str) -> str:
     return "".join(_LATEX.get(ch, ch) for ch in text)
 
 
-def emphasise(cells: list[Cell], higher_is_better: bool = True) -> None:
+def emphasise(cells: list[TableCell], higher_is_better: bool = True) -> None:
     """Bold the best value of a column and underline the second best (ties share the rank): for
-    tables of single measurements (efficiency, SMAT), whose notes say it is a ranking, not a test."""
+    tables of single measurements (efficiency, SMAT), whose notes say it is a ranking, not a test.
+    Fewer than two different values (one model, or all tied) rank nothing: no mark."""
     values = sorted({c.value for c in cells if c.value is not None and math.isfinite(c.value)},
                     reverse=higher_is_better)
+    if len(values) < 2:
+        return
     for c in cells:
         if c.value is not None and values:
             c.emph = 1 if c.value == values[0] else 2 if len(values) > 1 and c.value == values[1] else 0

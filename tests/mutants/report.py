@@ -29,7 +29,7 @@ MUTANTS = [
            "examples on a bucket edge counted in the lower bucket",
            (f"{STATS}::test_length_buckets_at_quartiles",)),
     Mutant("report-unpaired-seeds", "lra/report/comparisons.py",
-           "    if len(common) >= stats.MIN_SEEDS:\n        return stats.paired_t(", "    if len(common) >= 99:\n        return stats.paired_t(",
+           "    if common == a.seeds == b.seeds:  # paired", "    if False:  # paired",
            "seeds run by both sides compared as if independent (Welch) instead of in pairs",
            (f"{REPORT}::test_intervals_significance_and_length_buckets",)),
     Mutant("report-mark-raw-p", "lra/report/comparisons.py",

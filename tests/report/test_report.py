@@ -154,7 +154,8 @@ def test_run_report_writes_files_and_removes_stale_ones(fabricated, tmp_path):
     assert not (out / "tables" / "efficiency_old_device.csv").exists() and (out / "tables" / "notes.txt").exists()
     tex = (out / "tables" / "accuracy_xiong2021.tex").read_text()
     assert tex.startswith("\\begin{table}[t]") and "\\caption{Accuracy (\\%), protocol xiong2021" in tex
-    assert "35.0$\\pm$63.5$_{n=2}$ & 60.0$_{n=1}$" in tex and "\\footnotesize" in tex  # compact cells, notes as legend
+    # the Markdown cells, escaped (no compact form that names another spread), notes as legend
+    assert "35.00 $\\pm$ 7.07 [-28.53, 98.53] n=2 (1 dof) & 60.00 n=1 (no interval)" in tex and "\\footnotesize" in tex
     assert (out / "excluded.csv").read_text().startswith("file,kind,reason")
 
 
@@ -287,7 +288,7 @@ def test_unresolved_memory_peak_is_neither_ranked_nor_a_ratio(tmp_path):
     md, files, _ = build_report(tmp_path)
     row = next(line for line in md.splitlines() if line.startswith("| linear | run |"))
     assert "<1 (unresolved)" in row and "x)" not in row.split("|")[4]
-    assert "**40.0 (1.00x)**" in md  # softmax's resolved peak is the best one
+    assert "40.0 (1.00x)" in md and "**40.0" not in md  # one resolved peak: nothing ranked, no bold
     csv_row = {r["attention"]: r for r in _csv(files["tables/efficiency_table2_test-cpu.csv"])}["linear"]
     assert csv_row["mb_ratio_1024"] == ""
 
