@@ -16,7 +16,8 @@ Choices, written down:
   the same at step 60,000 as at step 10 (a median over every step sorted a growing list each step).
 * The run's wall clock is checkpointed (``state_dict``): a run resumed, here or on another machine,
   records one *segment* per stretch of training (steps from..to, active seconds, the machine and the
-  code's commit: a run resumed on newer code says so), so
+  code's commit: a run resumed on newer code says so; the 1-minute load average at each validation,
+  since on a shared CPU the time says little without it), so
   ``efficiency.wall`` in the record says how long the run took in all, where, and what the first
   measured forecast of the run had said. Time after a segment's last checkpoint is redone by the
   resume, so it is not counted. The test pass is timed on its own (``test_s``).
@@ -24,6 +25,7 @@ Choices, written down:
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import statistics
 import time
@@ -98,7 +100,9 @@ class RunForecast(pl.Callback):
         start = trainer.global_step
         self._segment = {"from_step": start, "to_step": start, "seconds": 0.0, "forecast_s": None,
                          "host": socket.gethostname(), "cpu": cpu_model(), "device": _device_name(pl_module),
-                         "threads": torch.get_num_threads(), "git_commit": git_commit()}
+                         "threads": torch.get_num_threads(), "git_commit": git_commit(),
+                         "cpu_count": os.cpu_count(), "load_samples": 0, "load_mean": 0.0,
+                         "load_max": 0.0}
         self._segment_t0 = time.perf_counter()
         vals = self.validations_left(start)
         where = f"from step {start} " if start else ""
@@ -138,6 +142,11 @@ class RunForecast(pl.Callback):
             return
         self.val_seconds = time.perf_counter() - self._val_t0
         self._val_t0 = None
+        if self._segment is not None:  # mean and max over the validations (a record of bounded size)
+            load, seg = _load(), self._segment
+            seg["load_samples"] += 1
+            seg["load_mean"] += (load - seg["load_mean"]) / seg["load_samples"]
+            seg["load_max"] = max(seg["load_max"], load)
         if not self._said_measured and self.step_times:
             self._said_measured = True
             log.info("measured: %s", self.describe(trainer.global_step))
@@ -224,6 +233,14 @@ class RunForecast(pl.Callback):
         return (f"{human(train + val)} left = {human(train)} training ({per_step:.2f} s/step x {self.max_steps - step} steps)"
                 f" + {human(val)} validation ({vals} x {per_val or 0:.1f} s, "
                 f"{'measured' if measured else 'estimated until the first validation'}); the final test pass comes on top")
+
+
+def _load() -> float:
+    """The machine's 1-minute load average (NaN where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return float("nan")
 
 
 def _device_name(pl_module: pl.LightningModule) -> str:
