@@ -188,6 +188,7 @@ def _fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, s
         metrics["best_val_step"] = best_step(curve, best)
         metrics["val_acc"] = curve[-1][1] if curve else None  # the last validation (also after a resume at the end)
         metrics["train_steps"] = trainer.global_step
+        metrics["n_val"] = validation_size(datamodule, trainer)  # the report's spread floor under best_val_acc
         record.update(learning_curve=curve)  # before testing loads the best checkpoint
         test_ckpt = best.best_model_path if best is not None and best.best_model_path else None
     else:
@@ -203,6 +204,14 @@ def _fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, s
     if getattr(datamodule, "truncation", None):  # task.max_len cut training sequences (warned in setup)
         record.update(truncation=datamodule.truncation)
     return metrics
+
+
+def validation_size(datamodule: Any, trainer: pl.Trainer) -> int | None:
+    """Examples every validation reads: the whole split, unless ``limit_val_batches`` cuts it (then
+    unknown here: None)."""
+    val = (getattr(datamodule, "datasets", None) or {}).get("val")
+    limit = trainer.limit_val_batches
+    return len(val) if val is not None and isinstance(limit, float) and limit == 1.0 else None
 
 
 def best_step(curve: list[list], best: ModelCheckpoint | None) -> int | None:

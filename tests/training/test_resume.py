@@ -63,6 +63,7 @@ def outcome(cwd: Path) -> dict:
     steps = [(s["from_step"], s["to_step"]) for s in rec["efficiency"]["wall"]["segments"]]
     assert steps[0][0] == 0 and steps[-1][1] == rec["metrics"]["train_steps"], steps
     assert all(a[1] == b[0] for a, b in zip(steps, steps[1:])), steps
+    assert rec["metrics"]["n_val"] == 40  # TINY_LISTOPS' validation split: the report's floor under best_val_acc
     # the load is sampled at each validation of the stretch (every 10 steps here)
     loads = [(s["load_samples"], s["to_step"] // 10 - s["from_step"] // 10) for s in rec["efficiency"]["wall"]["segments"]]
     assert all(n == due for n, due in loads), loads
