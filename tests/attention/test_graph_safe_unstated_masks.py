@@ -33,14 +33,6 @@ EVAL_DRAWS = {"abc_rd", "adamra_random_router", "clustered", "i_clustered", "ref
 LAYOUTS = [pytest.param("mean", False, id="mean"), pytest.param("cls", True, id="cls-dual")]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def network(name: str, pool: str, dual: bool) -> LRAClassifier:
     torch.manual_seed(0)
     mixer = build_mixer(name, **SMALL_STRUCTURE.get(name, {}))
