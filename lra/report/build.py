@@ -233,11 +233,17 @@ def build_report(results_dir: str | Path, *, identity: IdentityFn, metric: str =
     eff_tables, eff_plots, bubble = _efficiency_section(runs, ledger, averages, groups, smat_protocol, palette)
     tables += eff_tables
     plots.update(eff_plots)
+    from lra.report.approximation import admit, approximation_section  # issue 37: its records, tables, plots
+
+    approx_tables, approx_plots, approx_files = approximation_section(admit(results_dir, ledger), palette)
+    tables += approx_tables
+    plots.update(approx_plots)
     excluded = {e.file for e in ledger.excluded}
     for run in runs:  # every admitted run is in a table or listed: nothing disappears silently
         if run.rec["mode"] == "train" and run.run_id not in placed and run.file not in excluded:
             ledger.exclude(run, NOT_USED, "in no table (please report this: the report lost a run)")
     files = {f"tables/{t.name}.{ext}": (t.csv() if ext == "csv" else t.latex()) for t in tables for ext in ("csv", "tex")}
+    files.update(approx_files)
     files["excluded.csv"] = excluded_csv(ledger)
     has_bench = any(r.rec["mode"] == "bench" for r in runs)
     md = _markdown(ledger, notices, tables, plots, has_bench, bubble)
@@ -246,8 +252,8 @@ def build_report(results_dir: str | Path, *, identity: IdentityFn, metric: str =
 
 def _clean(out: Path) -> None:
     """Remove the files a previous report wrote (and nothing else), so stale tables do not linger."""
-    for sub, pattern in (("tables", r"^(accuracy|cells|across|significance|compare|runpairs|length|efficiency|smat)[\w.-]*\.(csv|tex)$"),
-                         ("plots", r"^(bubble|scaling|length|curves)[\w.-]*\.png$")):
+    for sub, pattern in (("tables", r"^(accuracy|cells|across|significance|compare|runpairs|length|efficiency|smat|approximation)[\w.-]*\.(csv|tex)$"),
+                         ("plots", r"^(bubble|scaling|length|curves|approximation)[\w.-]*\.png$")):
         for f in sorted((out / sub).glob("*")) if (out / sub).is_dir() else []:
             if re.match(pattern, f.name):
                 f.unlink()
