@@ -14,7 +14,7 @@ Per point (variant config, budget value, N, input kind), in float64 and eval mod
   ``tv_draws`` (2) draws;
 * a variant whose output depends on its construction seed (random features, hashes, random
   blocks, random initialisation of learned maps: detected by comparing two draws) gets mean, sd,
-  min and max over ``draws`` (8) fresh constructions (``draws_long``, 3, at N >= 4096: the wall time); a deterministic one
+  min and max over ``draws`` (8) fresh constructions (``draws_long``, 2, at N >= 4096: the wall time); a deterministic one
   gets one value;
 * ``time_ms``: the bench harness's own measurement (:func:`lra.bench.harness.measure`, protocol
   ``block``: forward + backward of one encoder block, float32, batch 1, one thread) of the same
@@ -364,8 +364,10 @@ def budget_points(name: str) -> list[dict[str, Any]]:
     return points
 
 
-def step_time(name: str, overrides: dict, n: int, repeats: int = 2) -> dict[str, Any]:
-    """The bench harness's block step (fwd + bwd of one encoder block, float32, batch 1, one thread)."""
+def step_time(name: str, overrides: dict, n: int, repeats: int | None = None) -> dict[str, Any]:
+    """The bench harness's block step (fwd + bwd of one encoder block, float32, batch 1, one thread):
+    the median of 2 timed steps after one warm-up step (1 timed step from N = 4096: the wall time)."""
+    repeats = repeats or (1 if n >= LONG else 2)
     from lra.bench.harness import measure
 
     cfg = {**default_config(name), **overrides}
@@ -398,20 +400,33 @@ def _find_record(run_id: str, dirs: list[Path]) -> Path | None:
     return None
 
 
+def _fallback_checkpoint(cache: Path) -> Path | None:
+    """The best checkpoint of a FINISHED fallback run in ``cache`` (an unfinished one is resumed)."""
+    import json
+
+    for rec_path in sorted((cache / "results" / "runs").glob("*.json")):
+        rec = json.loads(rec_path.read_text())
+        best = sorted((cache / "ckpt" / str(rec.get("run_id"))).glob("best-*.ckpt"))
+        if rec.get("status") == "finished" and best:
+            return best[-1]
+    return None
+
+
 def train_fallback(cache: Path) -> Path:
     """A short softmax ListOps run (``experiment=quick``, 2 layers of the Xiong width, sequences of
-    200-1000 tokens, 200 steps): the checkpoint used when none is given. Kept in ``cache``."""
-    found = sorted((cache / "ckpt").glob("*/best-*.ckpt")) + sorted((cache / "ckpt").glob("*/last.ckpt"))
-    if found:
-        return found[0]
+    200-1000 tokens, 200 steps): the checkpoint used when none is given. Kept in ``cache``; the
+    same command resumes an interrupted one (``resume=auto``)."""
+    found = _fallback_checkpoint(cache)
+    if found is not None:
+        return found
     cmd = [sys.executable, str(ROOT / "run.py"), *FALLBACK_OVERRIDES, f"paths.results_dir={cache / 'results'}",
            f"paths.checkpoint_dir={cache / 'ckpt'}", f"paths.data_dir={cache / 'data'}"]
     log.info("approximation: no --checkpoint; training the fallback: %s", " ".join(cmd[1:]))
     subprocess.run(cmd, cwd=ROOT, check=True)
-    found = sorted((cache / "ckpt").glob("*/best-*.ckpt")) + sorted((cache / "ckpt").glob("*/last.ckpt"))
-    if not found:
-        raise RuntimeError(f"the fallback training left no checkpoint under {cache / 'ckpt'}")
-    return found[0]
+    found = _fallback_checkpoint(cache)
+    if found is None:
+        raise RuntimeError(f"the fallback training left no finished run with a checkpoint under {cache}")
+    return found
 
 
 def listops_capture(checkpoint: str | Path | None, cache: Path, n_seq: int = 2, seed: int = 0) -> dict:
@@ -480,7 +495,7 @@ class Settings:
     lengths: tuple[int, ...] = LENGTHS
     inputs: tuple[str, ...] = INPUTS
     draws: int = 8
-    draws_long: int = 3
+    draws_long: int = 2
     tv_max_len: int = 256
     tv_draws: int = 2
     time_steps: bool = True
@@ -495,7 +510,7 @@ def sweep(name: str, settings: Settings, capture: dict | None, refs: References 
     random_variant = is_random(name, points[0]["overrides"], settings.seed)
     shared = bool(build(name, points[0]["overrides"], 256, 0).shared_qk)
     results, inputs_meta, times = [], {}, {}
-    t_start = time.perf_counter()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     for n in settings.lengths:
         for pt in points:
             if settings.time_steps:
@@ -522,7 +537,8 @@ def sweep(name: str, settings: Settings, capture: dict | None, refs: References 
                     on_point(point)
     return {"random": random_variant, "points": results, "inputs": inputs_meta,
             "knobs": [{"key": k.key, "values": list(k.values)} for k in KNOBS[name]],
-            "fixed": FIXED.get(name, {}), "wall_s": time.perf_counter() - t_start}
+            "fixed": FIXED.get(name, {}), "wall_s": time.perf_counter() - t_start,
+            "cpu_s": time.process_time() - cpu_start}
 
 
 def approximate_configs() -> list[str]:
@@ -585,7 +601,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     p.add_argument("--inputs", default=",".join(INPUTS), help=f"comma-separated input kinds ({', '.join(INPUTS)})")
     p.add_argument("--draws", type=int, default=8, help="draws of a random variant (>= 8 for the map)")
-    p.add_argument("--draws-long", type=int, default=3, help=f"draws at N >= {LONG}")
+    p.add_argument("--draws-long", type=int, default=2, help=f"draws at N >= {LONG}")
     p.add_argument("--tv-max-len", type=int, default=256, help="read the mixing matrix (TV distance) up to this N")
     p.add_argument("--tv-draws", type=int, default=2, help="draws whose mixing matrix is read (TV distance)")
     p.add_argument("--checkpoint", default=None, help="softmax ListOps checkpoint (default: a short training run)")
@@ -610,8 +626,8 @@ def main(argv: list[str] | None = None) -> int:
         capture = listops_capture(args.checkpoint, Path(args.cache_dir))
     t0 = time.perf_counter()
     paths = run(names, settings, args.results_dir, capture)
-    log.info("approximation: %d record(s), %.0f s on %d thread(s)", len(paths), time.perf_counter() - t0,
-             torch.get_num_threads())
+    log.info("approximation: %d record(s), %.0f s wall, %.0f s CPU on %d thread(s)", len(paths),
+             time.perf_counter() - t0, time.process_time(), torch.get_num_threads())
     return 0
 
 
@@ -623,7 +639,7 @@ def run_from_config(cfg: Any) -> dict[str, Any]:
     name = str(cfg.attention_name)
     names = list(a.get("variants") or ([name] if name != REFERENCE else approximate_configs()))
     settings = Settings(tuple(int(n) for n in (cfg.bench.get("lengths") or LENGTHS)), tuple(a.get("inputs") or INPUTS),
-                        int(a.get("draws") or 8), int(a.get("draws_long") or 3), int(a.get("tv_max_len") or 256),
+                        int(a.get("draws") or 8), int(a.get("draws_long") or 2), int(a.get("tv_max_len") or 256),
                         int(a.get("tv_draws") if a.get("tv_draws") is not None else 2), bool(a.get("time", True)),
                         int(cfg.seed))
     capture = None

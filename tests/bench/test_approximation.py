@@ -16,9 +16,17 @@ from lra.bench import approximation as ap
 N = 64
 
 
-@pytest.fixture(scope="module")
-def inp() -> ap.Inputs:
-    return ap.make_inputs("gauss-medium", N, None)
+def _inputs(padded: bool) -> ap.Inputs:
+    """Gaussian q, k, v (tau = 1); ``padded``: the last 12 of the 64 positions are padding (not block-aligned, so a block holds both)."""
+    x = ap.make_inputs("gauss-medium", N, None)
+    if padded:
+        x = ap.Inputs("gauss-medium-padded", x.q, x.k, x.v, torch.arange(N)[None] < N - 12, x.x)
+    return x
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["full", "padded"])
+def inp(request) -> ap.Inputs:
+    return _inputs(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +95,9 @@ def test_clustered_exact_with_n_clusters(name, inp, refs):
     _exact(_point(name, {"clusters": N}, inp, refs, draws=3))
 
 
-def test_linformer_exact_with_identity_projections(inp, refs):
-    """Wang et al. eq. 7 with k = N and E = F = I: E^T K = K, F^T V = V."""
+def test_linformer_exact_with_identity_projections(refs):
+    """Wang et al. eq. 7 with k = N and E = F = I: E^T K = K, F^T V = V (without padding: see below)."""
+    inp = _inputs(False)
     mixer = ap.build("linformer", {"k": N}, N, 0)
     with torch.no_grad():
         mixer.proj_k.copy_(torch.eye(N))
@@ -98,6 +107,19 @@ def test_linformer_exact_with_identity_projections(inp, refs):
         a, how = ap.mixing_matrix(mixer, inp, inp.k, y)
     assert ap.relative_error(y, ref, inp.mask) < 1e-12
     assert a is not None and float(ap.tv_rows(a, p, inp.mask).max()) < 1e-12
+
+
+def test_linformer_identity_not_exact_with_padding(refs):
+    """With padding it is not exact: padded keys are zeroed before the projection, not masked after
+    it (the projected slots are mixtures, so no mask applies there, as in LRA's Linformer), so each
+    padded slot stays a key of logit 0 that takes softmax weight."""
+    inp = _inputs(True)
+    mixer = ap.build("linformer", {"k": N}, N, 0)
+    with torch.no_grad():
+        mixer.proj_k.copy_(torch.eye(N))
+        mixer.proj_v.copy_(torch.eye(N))
+        _, ref, _ = refs.get(inp, False)
+        assert ap.relative_error(mixer(inp.q, inp.k, inp.v, inp.mask, inp.x), ref, inp.mask) > 0.05
 
 
 def test_linformer_k_equal_n_alone_is_not_exact(inp, refs):
