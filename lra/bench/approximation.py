@@ -42,6 +42,8 @@ Choices, written down:
   of the Nystrom approximation: it is switched off here (``fixed`` in :data:`KNOBS`), in the time too.
 * Synthesizers do not read q and k: their error measures an untrained mixing, not an approximation.
 * Memformer is no token mixer on (q, k, v) (a segment-recurrent memory run across the encoder): excluded.
+* Layering: unlike the rest of ``lra.bench``, the ListOps capture imports ``lra.data.listops`` (its
+  generator and tokeniser, lazily) and starts the fallback training as a ``run.py`` subprocess.
 """
 from __future__ import annotations
 
