@@ -16,7 +16,7 @@ MUTANTS = [
     Mutant("approximation-longformer-unscaled", "attention/longformer.py",
            "qs = q * (1.0 / math.sqrt(q.shape[-1]))", "qs = q * (1.0 / q.shape[-1])",
            "logits scaled by 1/d instead of 1/sqrt(d)", T),
-    Mutant("approximation-bigbird-global-row-sees-padding", "attention/bigbird.py",
+    Mutant("approximation-bigbird-window-sees-padding", "attention/bigbird.py",
            "mid = block_sparse_attention(qb[:, :, 1:nb - 1], kb, vb, mb, idx, slot_allow(valid, bs))",
            "mid = block_sparse_attention(qb[:, :, 1:nb - 1], kb, vb, torch.ones_like(mb), idx, slot_allow(valid, bs))",
            "the middle (window + random) blocks attend padded keys", T),
