@@ -1,5 +1,6 @@
 """``python -m lra.bench``: the side-by-side measurements of :mod:`lra.bench.harness`, or, with
-``--protocol peers``, the race against the public implementations (:mod:`lra.bench.peers`). The
+``--protocol peers``, the race against the public implementations (:mod:`lra.bench.peers`), or, with
+``--protocol approximation``, the approximation map (:mod:`lra.bench.approximation`). The
 dispatch lives here so that the imports point one way: peers uses the harness, never the reverse."""
 from __future__ import annotations
 
@@ -8,6 +9,10 @@ import sys
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if "--protocol=approximation" in argv or any(a == "--protocol" and b == "approximation" for a, b in zip(argv, argv[1:])):
+        from lra.bench.approximation import main as approximation_map
+
+        return approximation_map(argv)
     if "--protocol=peers" in argv or any(a == "--protocol" and b == "peers" for a, b in zip(argv, argv[1:])):
         from lra.bench.peers import main as race_peers
 

@@ -141,9 +141,10 @@ def _count(b: Any, key: str, low: int, default: int | None = None, example: int 
 
 def check_settings(b: Any) -> None:
     """Every ``bench.*`` setting :func:`plan` reads, each wrong one named with its fix (exit 2 in run.py)."""
-    if b.get("protocol") not in PROTOCOLS:
-        close = difflib.get_close_matches(str(b.get("protocol")), list(PROTOCOLS), n=1)
-        raise ConfigError(f"unknown bench.protocol={b.get('protocol')!r}; valid: {', '.join(PROTOCOLS)}"
+    if b.get("protocol") not in PROTOCOLS and b.get("protocol") != "approximation":
+        valid = [*PROTOCOLS, "approximation"]
+        close = difflib.get_close_matches(str(b.get("protocol")), valid, n=1)
+        raise ConfigError(f"unknown bench.protocol={b.get('protocol')!r}; valid: {', '.join(valid)}"
                           + (f" (did you mean bench.protocol={close[0]}?)" if close else ""))
     lengths = b.get("lengths")
     if lengths is not None:
@@ -408,6 +409,10 @@ def run_bench(cfg: Any) -> dict[str, Any]:
 
     from lra.records import RunRecord
 
+    if cfg.bench.get("protocol") == "approximation":  # the approximation map (issue 37): its own records
+        from lra.bench.approximation import run_from_config
+
+        return run_from_config(cfg)
     name = str(cfg.attention_name)
     meta, specs = plan(cfg, name)
     record = RunRecord(cfg.paths.results_dir, mode="bench", task=meta["task"], attention=name, seed=int(cfg.seed),

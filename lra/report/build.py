@@ -40,6 +40,7 @@ from lra.report.comparisons import ALPHA, SIGNIFICANT, declared_family, explorat
 from lra.report.efficiency import (MIN_FIT_MB, Point, accuracy_label, accuracy_variants, bench_groups, efficiency_reference_table,
                                    efficiency_table, ok_results, power_fits, smat_reference_table, smat_table,
                                    training_points)
+from lra.report.approximation import admit, approximation_section
 from lra.report.lengths import curves, length_data
 from lra.report.screening import KINDS, NOT_FINISHED, NOT_USED, Exclusion, IdentityFn, Ledger, screen
 from lra.report.tables import Table, slug
@@ -234,9 +235,10 @@ def build_report(results_dir: str | Path, *, identity: IdentityFn | None = None,
     path -> PNG bytes). ``identity``: :func:`lra.identity.identity` (the default; the parameter stays
     for callers that passed it). ``compare``: an extra pair of variants
     (``report.compare``), tested outside the declared family."""
-    tables, ledger, plots, notices, has_bench, bubble = build_tables(
+    tables, ledger, plots, notices, has_bench, bubble, extra_files = build_tables(
         results_dir, identity=identity, metric=metric, smat_protocol=smat_protocol, compare=compare)
     files = {f"tables/{t.name}.{ext}": (t.csv() if ext == "csv" else t.latex()) for t in tables for ext in ("csv", "tex")}
+    files.update(extra_files)
     files["excluded.csv"] = excluded_csv(ledger)
     md = _markdown(ledger, notices, tables, plots, has_bench, bubble)
     return md, files, plots
@@ -244,10 +246,10 @@ def build_report(results_dir: str | Path, *, identity: IdentityFn | None = None,
 
 def build_tables(results_dir: str | Path, *, identity: IdentityFn | None = None, metric: str = "test_acc", smat_protocol: str = "xiong2021",
                  compare: tuple[str, str] | list[str] | None = None, plots: bool = True
-                 ) -> tuple[list[Table], Ledger, dict[str, bytes], list[str], bool, str | None]:
+                 ) -> tuple[list[Table], Ledger, dict[str, bytes], list[str], bool, str | None, dict[str, str]]:
     """The report's table models (each rendered as Markdown, CSV and LaTeX), its ledger, plots
     (none with ``plots=False``: the tables alone, for checks), notices, whether any bench record
-    exists and the bubble chart's panel title."""
+    exists, the bubble chart's panel title and extra files (the approximation sweep's CSV)."""
     from lra.report.plots import Palette
 
     metric = check_metric(metric)
@@ -260,17 +262,21 @@ def build_tables(results_dir: str | Path, *, identity: IdentityFn | None = None,
     eff_tables, eff_plots, bubble = _efficiency_section(runs, ledger, averages, groups, smat_protocol, palette)
     tables += eff_tables
     pngs.update(eff_plots)
+    approx_tables, approx_plots, approx_files = approximation_section(admit(results_dir, ledger), palette)
+    tables += approx_tables
+    if plots:
+        pngs.update(approx_plots)
     excluded = {e.file for e in ledger.excluded}
     for run in runs:  # every admitted run is in a table or listed: nothing disappears silently
         if run.rec["mode"] == "train" and run.run_id not in placed and run.file not in excluded:
             ledger.exclude(run, NOT_USED, "in no table (please report this: the report lost a run)")
-    return tables, ledger, pngs, notices, any(r.rec["mode"] == "bench" for r in runs), bubble
+    return tables, ledger, pngs, notices, any(r.rec["mode"] == "bench" for r in runs), bubble, approx_files
 
 
 def _clean(out: Path) -> None:
     """Remove the files a previous report wrote (and nothing else), so stale tables do not linger."""
-    for sub, pattern in (("tables", r"^(accuracy|cells|across|significance|compare|runpairs|length|efficiency|smat)[\w.-]*\.(csv|tex)$"),
-                         ("plots", r"^(bubble|scaling|length|curves)[\w.-]*\.png$")):
+    for sub, pattern in (("tables", r"^(accuracy|cells|across|significance|compare|runpairs|length|efficiency|smat|approximation)[\w.-]*\.(csv|tex)$"),
+                         ("plots", r"^(bubble|scaling|length|curves|approximation)[\w.-]*\.png$")):
         for f in sorted((out / sub).glob("*")) if (out / sub).is_dir() else []:
             if re.match(pattern, f.name):
                 f.unlink()
