@@ -42,7 +42,7 @@ from lra.report.efficiency import (MIN_FIT_MB, Point, accuracy_label, accuracy_v
                                    training_points)
 from lra.report.approximation import admit, approximation_section
 from lra.report.lengths import curves, length_data
-from lra.report.screening import KINDS, NOT_FINISHED, NOT_USED, Exclusion, IdentityFn, Ledger, screen
+from lra.report.screening import KINDS, NOT_FINISHED, NOT_USED, Exclusion, Ledger, screen
 from lra.report.tables import Table, slug
 
 log = logging.getLogger(__name__)
@@ -229,14 +229,13 @@ def _markdown(ledger: Ledger, notices: list[str], tables: list[Table], plots: di
     return "\n".join(out)
 
 
-def build_report(results_dir: str | Path, *, identity: IdentityFn | None = None, metric: str = "test_acc", smat_protocol: str = "xiong2021",
+def build_report(results_dir: str | Path, *, metric: str = "test_acc", smat_protocol: str = "xiong2021",
                  compare: tuple[str, str] | list[str] | None = None) -> tuple[str, dict[str, str], dict[str, bytes]]:
     """report.md text, files (relative path -> text: tables and ``excluded.csv``) and plots (relative
-    path -> PNG bytes). ``identity``: :func:`lra.identity.identity` (the default; the parameter stays
-    for callers that passed it). ``compare``: an extra pair of variants
-    (``report.compare``), tested outside the declared family."""
+    path -> PNG bytes). ``compare``: an extra pair of variants (``report.compare``), tested outside
+    the declared family."""
     tables, ledger, plots, notices, has_bench, bubble, extra_files = build_tables(
-        results_dir, identity=identity, metric=metric, smat_protocol=smat_protocol, compare=compare)
+        results_dir, metric=metric, smat_protocol=smat_protocol, compare=compare)
     files = {f"tables/{t.name}.{ext}": (t.csv() if ext == "csv" else t.latex()) for t in tables for ext in ("csv", "tex")}
     files.update(extra_files)
     files["excluded.csv"] = excluded_csv(ledger)
@@ -244,7 +243,7 @@ def build_report(results_dir: str | Path, *, identity: IdentityFn | None = None,
     return md, files, plots
 
 
-def build_tables(results_dir: str | Path, *, identity: IdentityFn | None = None, metric: str = "test_acc", smat_protocol: str = "xiong2021",
+def build_tables(results_dir: str | Path, *, metric: str = "test_acc", smat_protocol: str = "xiong2021",
                  compare: tuple[str, str] | list[str] | None = None, plots: bool = True
                  ) -> tuple[list[Table], Ledger, dict[str, bytes], list[str], bool, str | None, dict[str, str]]:
     """The report's table models (each rendered as Markdown, CSV and LaTeX), its ledger, plots
@@ -254,7 +253,7 @@ def build_tables(results_dir: str | Path, *, identity: IdentityFn | None = None,
 
     metric = check_metric(metric)
     pair = check_compare_shape(compare)
-    runs, ledger = screen(results_dir, metric, identity)
+    runs, ledger = screen(results_dir, metric)
     groups = accuracy_groups(runs, ledger)
     palette = Palette(sorted({str(r.rec["attention"]) for r in runs}, key=order)) if plots else None
     tables, pngs, averages, notices = _accuracy_section(groups, metric, pair, palette)
@@ -282,13 +281,13 @@ def _clean(out: Path) -> None:
                 f.unlink()
 
 
-def run_report(cfg: Any, identity: IdentityFn | None = None) -> dict[str, Any]:
+def run_report(cfg: Any) -> dict[str, Any]:
     """``run.py mode=report``."""
     check_report_config(cfg)
     rc = cfg.report
     out = Path(rc.out_dir)
     compare = rc.get("compare")
-    md, files, plots = build_report(rc.results_dir, identity=identity, metric=str(rc.metric),
+    md, files, plots = build_report(rc.results_dir, metric=str(rc.metric),
                                     smat_protocol=str(rc.smat_protocol), compare=list(compare) if compare else None)
     _clean(out)
     for rel, text in files.items():

@@ -38,10 +38,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from lra.identity import identity as experiment_identity
+from lra.identity import identity
 from lra.records import read_record, record_files
 
-IdentityFn = Callable[[Any], dict[str, Any]]  # lra.identity.identity (the default everywhere)
 PRED_KEYS = ("pred", "correct", "label", "length")
 # exclusion kinds, in the order the report lists them
 MALFORMED, NOT_FINISHED, FAILED_CHECK, SUPERSEDED, NOT_USED = (
@@ -250,7 +249,7 @@ def _section(config: dict[str, Any], dotted: str) -> Any:
     return node
 
 
-def check_train(rec: dict[str, Any], metric: str, identity: IdentityFn) -> dict[str, Any]:
+def check_train(rec: dict[str, Any], metric: str) -> dict[str, Any]:
     """The training-record checks; returns the record's experiment identity (seed included)."""
     seed = rec.get("seed")
     if "seed" not in rec or seed is None:
@@ -329,11 +328,9 @@ def check_predictions(results_dir: Path, rec: dict[str, Any]) -> dict[str, np.nd
     return arrays
 
 
-def screen(results_dir: str | Path, metric: str, identity: IdentityFn | None = None) -> tuple[list[Run], Ledger]:
+def screen(results_dir: str | Path, metric: str) -> tuple[list[Run], Ledger]:
     """Every record file checked: the runs the tables may use (finished, passed), and the ledger of
-    the rest. Duplicates and unused runs are added to the ledger later, by the tables' builders.
-    ``identity``: :func:`lra.identity.identity` unless a caller passes the same function (older callers)."""
-    identity = identity or experiment_identity
+    the rest. Duplicates and unused runs are added to the ledger later, by the tables' builders."""
     results_dir = Path(results_dir)
     ledger, runs = Ledger(), []
     for path in record_files(results_dir):
@@ -356,7 +353,7 @@ def screen(results_dir: str | Path, metric: str, identity: IdentityFn | None = N
         try:
             if rec["mode"] == "train":
                 check_common(rec)
-                run.ident = check_train(rec, metric, identity)
+                run.ident = check_train(rec, metric)
                 check_train_fields(rec)
                 run.preds = check_predictions(results_dir, rec)
             elif rec["mode"] == "bench":

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.badinput import BadInputError, DataMissingError
-from lra.identity import identity, run_key  # noqa: F401 - the one definition (lra/identity.py); re-exported
+from lra.identity import run_key
 from lra.records import is_rank_zero, load_records
 from lra.training.checkpoints import LastCheckpoint, validates_next
 

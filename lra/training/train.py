@@ -22,8 +22,8 @@ from lra.training.forecast import RunForecast, StepProgressBar, cpu_hint
 from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, write_predictions
 from lra.training.checkpoints import AtomicCheckpointIO, LastCheckpoint, best_checkpoint
 from lra.training.compile import CompileNetwork, trainer_settings
-from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, find_previous, identical_run_lock,
-                                 run_key)
+from lra.identity import run_key
+from lra.training.resume import GracefulStop, StopRequested, boot_id, check_checkpoint, find_previous, identical_run_lock
 from lra.training.threads import apply_threads
 from models.module import LRAModule
 from models.network import LRAClassifier

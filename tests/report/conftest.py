@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from lra.report.build import build_tables
-from lra.training.resume import identity
 from tests.report.exports import check_exports
 
 
@@ -19,6 +18,6 @@ def results_folders(root: Path) -> list[Path]:
 def exports_agree(tmp_path: Path):
     yield
     for folder in results_folders(tmp_path):
-        tables = build_tables(folder, identity=identity, plots=False)[0]
+        tables = build_tables(folder, plots=False)[0]
         for table in tables:
             check_exports(table)

@@ -16,12 +16,11 @@ from lra.report.cells import accuracy_groups
 from lra.report.comparisons import declared_family
 from lra.report.screening import screen
 from lra.report.tables import TableCell, emphasise
-from lra.training.resume import identity
 from tests.report.fabricate import Results
 
 
 def group(res: Results, metric: str = "test_acc"):
-    runs, ledger = screen(res.root, metric, identity)
+    runs, ledger = screen(res.root, metric)
     return {(g.protocol, g.custom): g for g in accuracy_groups(runs, ledger)}["quick", False]
 
 

@@ -21,12 +21,11 @@ from lra.report.efficiency import bench_groups, smat_table, training_points
 from lra.report.lengths import curves, length_data
 from lra.report.screening import screen
 from lra.report.smat import smat_scores
-from lra.training.resume import identity
 from tests.report.fabricate import Results
 
 
 def tables(res: Results, metric: str = "test_acc"):
-    runs, ledger = screen(res.root, metric, identity)
+    runs, ledger = screen(res.root, metric)
     groups = {(g.protocol, g.custom): g for g in accuracy_groups(runs, ledger)}
     return runs, ledger, groups
 
@@ -222,7 +221,7 @@ def test_6_bench_groups_keep_models_apart(tmp_path):
                    "efficiency": {"threads": 1, "bench": {"protocol": "table2", "batch_size": 16, "device": "cpu", "results": [
                        {"length": 1024, "status": "ok", "ms": ms * scale, "peak_mb": 100.0, "examples_per_s": 1.0}]}}}
             res.write(rec)
-    runs, ledger = screen(res.root, "test_acc", identity)
+    runs, ledger = screen(res.root, "test_acc")
     groups = bench_groups(runs, ledger)
     assert sorted(g.model for g in groups) == ["L1 d32 h2 ffn64", "L2 d64 h2 ffn128"]
     assert all(set(g.members) == {"softmax", "linear"} for g in groups) and not ledger.excluded

@@ -19,17 +19,11 @@ from lra.report import reference as ref
 from lra.report.build import build_report as _build_report
 from lra.report.build import run_report as _run_report
 from lra.report.smat import smat_scores
-from lra.training.resume import identity
 from tests.conftest import TINY_LISTOPS
 from tests.report.fabricate import config
 
 
-def build_report(root, **kw):
-    return _build_report(root, identity=identity, **kw)
-
-
-def run_report(cfg):
-    return _run_report(cfg, identity=identity)
+build_report, run_report = _build_report, _run_report
 
 # AdaMRA Table 3, normalised values as printed (speed, memory, accuracy) and SMAT
 TABLE3_NORMALISED = {

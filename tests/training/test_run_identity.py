@@ -18,7 +18,8 @@ from lra.data.progress import human
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.training.checkpoints import LastCheckpoint
-from lra.training.resume import GracefulStop, StopRequested, run_key
+from lra.identity import run_key
+from lra.training.resume import GracefulStop, StopRequested
 from lra.training.threads import apply_threads
 
 

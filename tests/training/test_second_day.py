@@ -244,9 +244,8 @@ def test_warnings_dry_run_and_group_readable_files(cli):
     assert run["status"] == dry_run["status"] == "finished"
     from lra.report.cells import accuracy_groups
     from lra.report.screening import screen
-    from lra.training.resume import identity
 
-    runs, ledger = screen(cli.cwd / "results", "test_acc", identity)
+    runs, ledger = screen(cli.cwd / "results", "test_acc")
     used = [r.rec["run_id"] for g in accuracy_groups(runs, ledger) for per in g.rows.values()
             for cell in per.values() for r in cell.runs.values()]
     assert used == [run["run_id"]]
