@@ -344,7 +344,7 @@ def across_table(group: AccuracyGroup, metric: str) -> Table:
         + ("" if tasks == list(ref.LRA_TASKS) else ": not the five-task LRA average")
         + f"; its interval needs ≥ {stats.MIN_SEEDS} seeds in every task: mean ± t_dof · √(Σ s_k²/n_k) / K over the K "
         "tasks, s_k each task's sd over seeds (floored at one example where the set size is known), dof by "
-        "Welch-Satterthwaite; with one task, the cell's t-interval. Its coverage in simulation: 95-96% at 3 or 5 seeds "
+        "Welch-Satterthwaite; with one task, the cell's t-interval. Its coverage in simulation: 94.5-95.7% at 3 or 5 seeds "
         "per task (the stratified percentile bootstrap used before: 74-87%).",
         "P(> softmax) = probability of improvement (rliable, Agarwal et al. 2021): over the tasks both rows ran, the "
         "mean of P(a seed of this row scores above a seed of softmax), ties 1/2; 0.5 = no difference. A description, "

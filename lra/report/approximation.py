@@ -182,7 +182,7 @@ def sweep_csv(runs: list[dict]) -> str:
 
 
 def error_vs_n_plot(runs: list[dict], kind: str, palette: Any) -> bytes:
-    from lra.report.plots import _png, plt
+    from lra.report.plots import plt
 
     fig, ax = plt.subplots(figsize=(7.5, 5))
     for rec in runs:
@@ -193,11 +193,18 @@ def error_vs_n_plot(runs: list[dict], kind: str, palette: Any) -> bytes:
         ax.errorbar([p["n"] for p in pts], [max(FLOOR, p["rel_error"]["mean"]) for p in pts],
                     yerr=[p["rel_error"]["sd"] for p in pts], label=rec["attention"], capsize=2, **style)
     ax.set_xscale("log", base=2)
+    return _finish(fig, ax, "sequence length N",
+                   f"Approximation error at the default budget, input {kind} (bars: sd over draws; ")
+
+
+def _finish(fig: Any, ax: Any, xlabel: str, title: str) -> bytes:
+    """The error axis (log, floored), labels, grid and legend both plots share; the PNG."""
+    from lra.report.plots import _png
+
     ax.set_yscale("log")
-    ax.set_xlabel("sequence length N")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("relative output error vs exact softmax")
-    ax.set_title(f"Approximation error at the default budget, input {kind} (bars: sd over draws; "
-                 f"errors below {FLOOR:g} drawn at {FLOOR:g})", fontsize=9)
+    ax.set_title(f"{title}errors below {FLOOR:g} drawn at {FLOOR:g})", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return _png(fig)
@@ -214,7 +221,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 
 def pareto_plot(runs: list[dict], kind: str, n: int, palette: Any) -> bytes | None:
-    from lra.report.plots import _png, plt
+    from lra.report.plots import plt
 
     fig, ax = plt.subplots(figsize=(7.5, 5))
     every = []
@@ -227,9 +234,9 @@ def pareto_plot(runs: list[dict], kind: str, n: int, palette: Any) -> bytes | No
         style = palette.style(rec["attention"])
         xs, ys = [p["time"]["ms"] for p in pts], [max(FLOOR, p["rel_error"]["mean"]) for p in pts]
         ax.plot(xs, ys, label=rec["attention"], markersize=4, **style)
-        for p in pts:
+        for p, x, y in zip(pts, xs, ys):
             if p["default"]:
-                ax.scatter([p["time"]["ms"]], [max(FLOOR, p["rel_error"]["mean"])], s=80, facecolors="none", edgecolors=style["color"])
+                ax.scatter([x], [y], s=80, facecolors="none", edgecolors=style["color"])
         every += list(zip(xs, ys))
     if not every:
         plt.close(fig)
@@ -237,14 +244,8 @@ def pareto_plot(runs: list[dict], kind: str, n: int, palette: Any) -> bytes | No
     front = pareto_front(every)
     ax.step([f[0] for f in front], [f[1] for f in front], where="post", color="black", lw=1.2, label="Pareto front")
     ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(f"block step time at N={n} (ms; fwd+bwd of one encoder block, batch 1, float32)")
-    ax.set_ylabel("relative output error vs exact softmax")
-    ax.set_title(f"Error against step time over each variant's budget sweep, input {kind}, N={n} (circle: default; "
-                 f"errors below {FLOOR:g} drawn at {FLOOR:g})", fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return _png(fig)
+    return _finish(fig, ax, f"block step time at N={n} (ms; fwd+bwd of one encoder block, batch 1, float32)",
+                   f"Error against step time over each variant's budget sweep, input {kind}, N={n} (circle: default; ")
 
 
 def approximation_section(runs: list[dict], palette: Any = None) -> tuple[list[Table], dict[str, bytes], dict[str, str]]:

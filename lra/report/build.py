@@ -198,7 +198,7 @@ RULES = [
     "Bold/underlined accuracy: significantly above the next row under the seed-level test (Holm over the table's "
     "ranking tests); otherwise no mark.",
     "Across tasks: Avg with a 95% t-interval on the stratified variance (Welch-Satterthwaite degrees of freedom; "
-    "coverage 95-96% in simulation at 3 or 5 seeds per task); P(> softmax) as a point estimate (its bootstrap "
+    "coverage 94.5-95.7% in simulation at 3 or 5 seeds per task); P(> softmax) as a point estimate (its bootstrap "
     "interval did not cover 95% at 3-5 seeds); convergence failures = test accuracy in the chance band.",
     "Markdown, CSV and LaTeX are renderings of the same cells: the LaTeX cell is the Markdown text, the CSV its "
     "unrounded figures.",

@@ -20,7 +20,7 @@ Choices, written down (the report repeats them in its table titles and notes):
 * Across tasks: the mean over tasks of each task's seed mean, with a t-interval on the stratified
   variance (se^2 = sum_k s_k^2 / n_k / K^2, each s_k floored at one test example of task k) and
   Welch-Satterthwaite degrees of freedom (:func:`stratified_t_interval`). With one task it is that
-  cell's t-interval. A simulation (tests/report/test_report_stats.py) puts its coverage at 95-96%
+  cell's t-interval. A simulation (tests/report/test_report_stats.py) puts its coverage at 94.5-95.7%
   with 3 or 5 seeds per task and 1 or 5 tasks; the stratified percentile bootstrap it replaces
   covered 74-87% there (with 3 seeds per task it cannot reach past the seeds' range).
   The probability of improvement P(A > B) = mean over tasks of P(x_A > x_B) over all seed pairs
