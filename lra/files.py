@@ -3,7 +3,7 @@ the writable-directory check that names the setting to change.
 
 Permissions follow the umask, as a plain ``open()`` would give: ``mkstemp`` creates its file 0600
 (private on purpose), and the rename would carry that mode to records, reports, plots and generated
-data, which collaborators on shared storage (the README's SLURM setup) then cannot read."""
+data, which collaborators on shared storage (docs/clusters.md's SLURM setup) then cannot read."""
 from __future__ import annotations
 
 import json

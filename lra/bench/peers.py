@@ -83,7 +83,7 @@ projection, also for Reformer (which ignores it: shared QK); the Nystromformer
 peer starts its pseudo-inverse from a max over the whole batch and heads (ours per matrix), so it
 agrees to ~3e-7, not to round-off; the agreement run uses the peer's eps for Performer (1e-4; ours 1e-6).
 ``pytorch-fast-transformers`` is not in the ``peers`` extra: its setup.py builds CUDA extensions
-whenever ``nvcc`` is on the PATH (README: how to build its CPU extensions).
+whenever ``nvcc`` is on the PATH (docs/race.md: how to build its CPU extensions).
 """
 from __future__ import annotations
 
@@ -416,8 +416,7 @@ def availability(peer: Peer) -> str | None:
     try:
         importlib.import_module(peer.module)
     except Exception as e:  # ImportError, or a compiled extension that fails to load
-        how = (f"pip install {peer.package} (CPU build: see the README, 'Race against the public "
-               f"implementations')" if peer.package == FT else f"pip install {peer.package}")
+        how = f"pip install {peer.package}" + (" (CPU build: see docs/race.md)" if peer.package == FT else "")
         return f"skipped: {peer.package} not installed ({type(e).__name__}); {how}"
     return None
 
