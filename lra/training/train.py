@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.badinput import ConfigError, DataMissingError, DivergedError
+from lra.badinput import DataMissingError, DivergedError
 from lra.training.forecast import RunForecast, StepProgressBar, cpu_hint
 from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, write_predictions
 from lra.training.checkpoints import LAST, AtomicCheckpointIO, LastCheckpoint, best_checkpoint
@@ -29,7 +29,6 @@ from models.module import LRAModule
 from models.network import LRAClassifier
 
 log = logging.getLogger(__name__)
-RESUME_MODES = ("auto", True, False)
 ENV_RUN_ID, ENV_RESUME_FROM = "LRA_RUN_ID", "LRA_RESUME_FROM"  # handed to DDP worker processes
 
 
@@ -109,9 +108,7 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | dict, str | None]:
     Returns ``(record, resume_from)``; ``record`` is the finished record's data (a dict) when this
     configuration already finished.
     """
-    mode = cfg.get("resume", "auto")
-    if mode not in RESUME_MODES:
-        raise ConfigError(f"resume={mode!r} is not valid; use resume=auto (default), resume=true or resume=false")
+    mode = cfg.get("resume", "auto")  # one of lra.checks.config.RESUME_MODES: run.py checked it
     if not is_rank_zero():  # a DDP worker: rank 0 decided, and writes the one record
         return NullRecord(os.environ[ENV_RUN_ID]), os.environ.get(ENV_RESUME_FROM) or None
     key = run_key(cfg)
