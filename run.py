@@ -8,9 +8,11 @@
     python run.py --help                                         # modes, presets, choices, first steps
 
 A mistake the user can fix (:class:`lra.badinput.UserError`: unknown name, invalid value, missing or
-corrupt data, bad checkpoint, unwritable folder) is found before any work where it can be
-(:mod:`lra.training.validate`) and printed alone, as one paragraph, with exit status 2; ``HYDRA_FULL_ERROR=1``
-shows its traceback. Any other exception is a bug and keeps its traceback.
+corrupt data, bad checkpoint, unwritable folder) is found before any work where it can be, by the
+stages of :mod:`lra.checks` in their order (1. the command line, in :func:`cli`; 2. the composed
+config and 3. the build, in :func:`checked_dispatch`), and printed alone, as one paragraph, with exit
+status 2 (:func:`lra.badinput.exit_user_error`); ``HYDRA_FULL_ERROR=1`` shows its traceback. Any other
+exception is a bug and keeps its traceback.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -28,16 +31,17 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from lra.badinput import EXIT_USER_ERROR, ConfigError, UserError
-from lra.training.validate import MODES, check_build, check_config, check_overrides, full_error_wanted
+from lra.badinput import UserError, exit_user_error
+from lra.checks.build import check_build
+from lra.checks.config import check_config
+from lra.checks.overrides import check_overrides
 
 log = logging.getLogger("run")
 CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
-def dispatch(cfg: DictConfig):
-    if cfg.mode not in MODES:
-        raise ConfigError(f"unknown mode={cfg.mode!r}; valid modes: {', '.join(MODES)}")
+def dispatch(cfg: DictConfig) -> Any:
+    """Run the mode that :func:`lra.checks.config.check_config` accepted (fetch never gets here)."""
     if cfg.mode in ("train", "test"):
         from lra.training.train import run
 
@@ -45,27 +49,16 @@ def dispatch(cfg: DictConfig):
     if cfg.mode == "bench":
         from lra.bench.harness import run_bench
 
-        return run_bench(cfg)
-    from lra.report.build import run_report
+        return run_bench(cfg)  # checks its own settings first (lra.bench.harness.check_settings)
+    if cfg.mode == "report":
+        from lra.report.build import run_report
 
-    return run_report(cfg)  # the report pools runs by lra.identity, the resume key's definition
-
-
-def report_user_error(error: UserError) -> None:
-    """One paragraph on stderr, then exit; or the traceback under ``HYDRA_FULL_ERROR=1``."""
-    if full_error_wanted():
-        raise error
-    print(f"error: {error}", file=sys.stderr, flush=True)
-    gc.freeze()  # exit without the final collection of whatever was imported (seconds under load once torch is in)
-    raise SystemExit(EXIT_USER_ERROR)
+        return run_report(cfg)  # checks its own settings first (lra.report.arguments), then pools by lra.identity
+    raise AssertionError(f"mode={cfg.mode!r} passed check_config but has no dispatch")
 
 
-def checked_dispatch(cfg: DictConfig):
-    """Validate everything that can be validated without the data, then run."""
-    if cfg.get("mode") == "report":  # before check_config, which creates report.out_dir (the results folder)
-        from lra.report.arguments import check_report_config
-
-        check_report_config(cfg)
+def checked_dispatch(cfg: DictConfig) -> Any:
+    """Check everything that can be checked without the data (stages 2 and 3 of lra.checks), then run."""
     check_config(cfg)
     if cfg.mode in ("train", "test"):
         check_build(cfg)
@@ -84,7 +77,7 @@ def main(cfg: DictConfig) -> float | None:
         e = explain(e) or e  # W&B failing when its run starts: the same one paragraph, with the offline hint
         if not multirun:
             if isinstance(e, UserError):
-                report_user_error(e)
+                exit_user_error(e)
             raise
         # In a sweep one failing job must not stop the others: its record and job_status say "failed".
         from lra.training.hydra_callbacks import record_job_outcome
@@ -115,7 +108,7 @@ def fetch_cli(argv: list[str]) -> None:
     try:
         run_overrides(argv, CONF_DIR, check_overrides)
     except UserError as e:
-        report_user_error(e)
+        exit_user_error(e)
     except KeyboardInterrupt as e:
         print(f"run.py: {str(e) or 'interrupted'}", file=sys.stderr)
         sys.exit(130)
@@ -132,9 +125,9 @@ def cli(argv: list[str] | None = None) -> None:
     if "mode=fetch" in argv:
         return fetch_cli(argv)
     try:
-        check_overrides(argv, CONF_DIR)
+        check_overrides(argv, CONF_DIR)  # stage 1 of lra.checks
     except UserError as e:
-        report_user_error(e)
+        exit_user_error(e)
     try:
         main()
     except KeyboardInterrupt as e:  # Ctrl-C/SIGTERM: one line (the record says the rest), no traceback

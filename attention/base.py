@@ -159,6 +159,17 @@ class Mixer(nn.Module):
             g.set_state(gstate)
             self._generators[key] = g
 
+    def setting_problems(self) -> list[str]:
+        """Settings that leave this variant without its mechanism: a run with them would measure
+        nothing, so the benchmark refuses them before any work (``lra.checks.build``). The
+        constructor still accepts them: the contract tests need the edge cases. Named by config key."""
+        return []
+
+    def setting_warnings(self, max_len: int) -> list[str]:
+        """Legal settings that make this variant another one on sequences of ``task.max_len`` =
+        ``max_len`` (one bucket or block holding every token: full attention); the run goes on, warned."""
+        return []
+
     def forward_input(
         self, x: Tensor, mask: Tensor, q_proj: nn.Linear | None, k_proj: nn.Linear | None, v_proj: nn.Linear,
     ) -> Tensor:  # pragma: no cover

@@ -41,6 +41,17 @@ class LocalAttention(Mixer):
         self.block_size = block_size
         self.window = window
 
+    def setting_warnings(self, max_len: int) -> list[str]:
+        found = []
+        if self.block_size >= max_len:
+            found.append(f"attention.block_size={self.block_size} >= task.max_len={max_len}: one block holds every "
+                         f"token: full attention (attention=local measures nothing of its own here; use a block_size "
+                         f"below max_len)")
+        if self.window == 0:
+            found.append("attention.window=0: local attention without overlap (block-diagonal: a token never sees "
+                         "past its own block of attention.block_size tokens); the default is attention.window=1")
+        return found
+
     def pattern(self, n: int) -> Tensor:
         """Dense ``[n, n]`` bool of the allowed (query, key) pairs; for tests only."""
         blk = torch.arange(n) // self.block_size

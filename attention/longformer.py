@@ -42,6 +42,19 @@ class LongformerAttention(Mixer):
         require_non_negative(window=window)
         self.window = window
 
+    def setting_problems(self) -> list[str]:
+        if self.window < 2:
+            return [f"attention.window={self.window} leaves longformer no sliding window (a token sees window // 2 = 0 "
+                    f"neighbours per side, only itself and the global first token); window is the total width, "
+                    f"e.g. attention.window=128"]
+        return []
+
+    def setting_warnings(self, max_len: int) -> list[str]:
+        if self.window // 2 >= max_len - 1:
+            return [f"attention.window={self.window} >= 2 x task.max_len={max_len}: every token sees the whole "
+                    f"sequence, so longformer is full attention here"]
+        return []
+
     def pattern(self, n: int) -> Tensor:
         """Dense ``[n, n]`` bool of the allowed (query, key) pairs; for tests only."""
         i = torch.arange(n)

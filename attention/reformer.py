@@ -69,6 +69,13 @@ class ReformerAttention(Mixer):
         self.chunk_size = chunk_size
         self.self_penalty = self_penalty
 
+    def setting_warnings(self, max_len: int) -> list[str]:
+        if self.bucket_size >= max_len:
+            return [f"attention.bucket_size={self.bucket_size} >= task.max_len={max_len}: one bucket holds every "
+                    f"token: full attention, no hashing (attention=reformer measures nothing of its own here; use a "
+                    f"bucket_size below max_len)"]
+        return []
+
     @property
     def n_buckets(self) -> int:
         """About ``max_len / bucket_size`` buckets, even (h(x) needs b/2 axes); 1 (no hashing) when

@@ -2,9 +2,10 @@
 (AAN TSVs, Pathfinder PNGs, IMDb files).
 
 :class:`UserError` is the one type of every mistake a user can fix (an unknown name, an invalid
-value, missing or corrupt data, a checkpoint that does not fit, an unwritable folder): ``run.py``
-prints its message alone, as one paragraph, and exits with :data:`EXIT_USER_ERROR`
-(``HYDRA_FULL_ERROR=1`` shows the traceback); any other exception is a bug and keeps its traceback.
+value, missing or corrupt data, a checkpoint that does not fit, an unwritable folder): every command line (``run.py``, its sweep
+callbacks, ``python -m lra.data.fetch``) ends on one through :func:`exit_user_error`, which prints its
+message alone, as one paragraph, and exits with :data:`EXIT_USER_ERROR` (``HYDRA_FULL_ERROR=1``
+shows the traceback); any other exception is a bug and keeps its traceback.
 The subclasses also derive from the builtin type a caller would expect (``ValueError``,
 ``FileNotFoundError``, ``PermissionError``), so ``except ValueError`` keeps working.
 
@@ -15,7 +16,10 @@ fails on the first one.
 """
 from __future__ import annotations
 
-from typing import Callable
+import gc
+import os
+import sys
+from typing import Callable, NoReturn
 
 POLICIES = ("skip", "fatal")
 
@@ -46,6 +50,23 @@ class BadInputError(UserError, ValueError):
 class DivergedError(UserError, FloatingPointError):
     """The loss became NaN/inf: an outcome of the settings (the learning rate, most often), recorded
     as ``diverged``; the user needs the step and the fix, not Lightning's traceback."""
+
+
+def full_error_wanted() -> bool:
+    """``HYDRA_FULL_ERROR=1``: show the traceback of user errors too."""
+    return os.environ.get("HYDRA_FULL_ERROR", "") not in ("", "0")
+
+
+def exit_user_error(error: UserError) -> NoReturn:
+    """The one way a command line ends on a user error: ``error: <message>`` as one paragraph on
+    stderr, exit status :data:`EXIT_USER_ERROR`; under ``HYDRA_FULL_ERROR=1`` the error itself, with
+    its traceback. ``SystemExit``, not a return value: raised in a Hydra callback, any other
+    exception would only be a warning to Hydra."""
+    if full_error_wanted():
+        raise error
+    print(f"error: {error}", file=sys.stderr, flush=True)
+    gc.freeze()  # exit without the final collection of whatever was imported (seconds under load once torch is in)
+    raise SystemExit(EXIT_USER_ERROR)
 
 
 class BadInput:

@@ -21,13 +21,13 @@ from pathlib import Path
 import pytorch_lightning  # noqa: F401 - imported once for every child
 import torch  # noqa: F401
 
+import lra.checks.config
 import lra.data.image  # noqa: F401
 import lra.data.listops  # noqa: F401
 import lra.data.pathfinder  # noqa: F401
 import lra.data.retrieval  # noqa: F401
 import lra.data.text  # noqa: F401
 import lra.training.train  # noqa: F401
-import lra.training.validate
 
 RUN_PY = str(Path(__file__).resolve().parent.parent / "run.py")
 
@@ -43,7 +43,7 @@ def _child(case: dict, out: Path, err: Path) -> int:
     if case.get("inject_bug"):
         def broken(cfg):
             raise RuntimeError("an injected bug")
-        lra.training.validate.check_config = broken  # run.py imports it by name when it runs below
+        lra.checks.config.check_config = broken  # run.py imports it by name when it runs below
     try:
         runpy.run_path(RUN_PY, run_name="__main__")  # exactly `python run.py ARGS`
         return 0

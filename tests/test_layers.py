@@ -16,6 +16,7 @@ MODEL_SIDE = {"models", "attention"}
 # layer -> the layers (and model-side packages) its modules may import; its own layer is always allowed
 MAY_IMPORT: dict[str, set[str]] = {
     "shared": {"shared"} | MODEL_SIDE,
+    "checks": {"shared", "data", "training"} | MODEL_SIDE,  # run.py's checks before any work; only run.py imports them
     "data": {"shared"},
     "training": {"shared", "data"} | MODEL_SIDE,
     "bench": {"shared", "data"} | MODEL_SIDE,  # data: the approximation map captures ListOps inputs

@@ -561,7 +561,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--retries", type=int, default=5)
     args = ap.parse_args(argv)
-    from lra.badinput import EXIT_USER_ERROR, UserError
+    from lra.badinput import UserError, exit_user_error
 
     try:
         names = [n for t in args.tasks for n in _task_names(t)]
@@ -574,8 +574,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              "mirror": os.environ.get("LRA_MIRROR")}, data_dir)
         fetch(units, opts)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        exit_user_error(e)
     except KeyboardInterrupt:
         return 130
     return 0

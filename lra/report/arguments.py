@@ -2,9 +2,11 @@
 ``report.compare`` naming one variant or one without runs, and an empty or mistyped results folder
 are user errors (``run.py`` prints one paragraph and exits 2), never an empty report with exit 0.
 
-``run.py`` calls :func:`check_report_config` before its general checks, which create
-``report.out_dir`` (by default the results folder itself): a mistyped folder is reported, not made.
-A separate ``report.out_dir`` is checked (and created) first, as the general checks would.
+:func:`check_report_config` is the one check of these settings; :func:`lra.report.build.run_report`
+runs it first thing (after run.py's general checks, :mod:`lra.checks`, which leave the report's folders
+alone). ``report.out_dir`` is by default the results folder itself, so a mistyped folder is reported,
+not made: it is checked for writing only once it is known to hold run records. A separate
+``report.out_dir`` is a folder of its own, checked (and created) first.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ def check_compare_shape(compare: Any) -> tuple[str, str] | None:
     if compare is None:
         return None
     names = [str(compare)] if isinstance(compare, (str, int, float)) else [str(c) for c in compare]
-    if len(names) != 2 or names[0] == names[1]:
+    if len(names) != 2 or names[0] == names[1] or not all(names):
         raise ConfigError(f"report.compare={names} must name two different variants, e.g. report.compare=[adamra,linear] "
                           "(every variant is already tested against softmax)")
     return names[0], names[1]
@@ -63,6 +65,10 @@ def check_report_config(cfg: Any) -> None:
     check_metric(rc.get("metric"))
     pair = check_compare_shape(rc.get("compare"))
     out, results = rc.get("out_dir"), rc.get("results_dir")
-    if out is not None and results is not None and Path(str(out)).expanduser().resolve() != Path(str(results)).expanduser().resolve():
+    own = out is not None and results is not None and Path(str(out)).expanduser().resolve() != Path(str(results)).expanduser().resolve()
+    if own:
         ensure_writable(Path(str(out)), "report out dir")  # a folder of its own: creating it is what the user asked
-    check_compare_names(pair, check_results_dir(results))
+    folder = check_results_dir(results)
+    if out is not None and not own:
+        ensure_writable(folder, "report out dir")  # the results folder: the report writes there too
+    check_compare_names(pair, folder)

@@ -10,7 +10,6 @@ killed, or crashed the interpreter) counts as failed.
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,9 +17,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from lra.files import write_json
-from lra.badinput import EXIT_USER_ERROR, UserError
-from lra.files import ensure_writable
+from lra.badinput import UserError, exit_user_error
+from lra.files import ensure_writable, write_json
 
 STATUS_FILE = "job_status.json"
 EXIT_SWEEP_FAILED = 1
@@ -38,17 +36,6 @@ def record_job_outcome(status: str, error: str | None = None) -> None:
                {"num": hc.job.num, "status": status, "error": error, "overrides": list(hc.overrides.task)})
 
 
-def stop_sweep(error: UserError) -> None:
-    """Print a user error as one paragraph and end the whole multirun (callbacks' exceptions would
-    only be warnings to Hydra; ``SystemExit`` is not)."""
-    from lra.training.validate import full_error_wanted
-
-    if full_error_wanted():
-        raise error
-    print(f"error: {error}", file=sys.stderr)
-    raise SystemExit(EXIT_USER_ERROR)
-
-
 class EnsureResultsDir(Callback):
     """Create the results dir before a sweep starts: sweepers keep state there (Optuna's sqlite
     study), and an unwritable path ends the sweep at once, naming it, instead of failing every job."""
@@ -57,7 +44,7 @@ class EnsureResultsDir(Callback):
         try:
             ensure_writable(config.paths.results_dir, "results dir")
         except UserError as e:
-            stop_sweep(e)
+            exit_user_error(e)  # SystemExit ends the whole multirun; any other exception is only a warning to Hydra
 
 
 def summarize(sweep_dir: Path, since: float = 0.0) -> tuple[list[dict[str, Any]], str]:

@@ -17,10 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.badinput import ConfigError, DataMissingError, DivergedError
+from lra.badinput import DataMissingError, DivergedError
 from lra.training.forecast import RunForecast, StepProgressBar, cpu_hint
 from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, write_predictions
-from lra.training.checkpoints import AtomicCheckpointIO, LastCheckpoint, best_checkpoint
+from lra.training.checkpoints import LAST, AtomicCheckpointIO, LastCheckpoint, best_checkpoint
 from lra.training.compile import CompileNetwork, trainer_settings
 from lra.identity import run_key
 from lra.training.resume import GracefulStop, StopRequested, boot_id, check_checkpoint, find_previous, identical_run_lock
@@ -29,7 +29,6 @@ from models.module import LRAModule
 from models.network import LRAClassifier
 
 log = logging.getLogger(__name__)
-RESUME_MODES = ("auto", True, False)
 ENV_RUN_ID, ENV_RESUME_FROM = "LRA_RUN_ID", "LRA_RESUME_FROM"  # handed to DDP worker processes
 
 
@@ -109,9 +108,7 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | dict, str | None]:
     Returns ``(record, resume_from)``; ``record`` is the finished record's data (a dict) when this
     configuration already finished.
     """
-    mode = cfg.get("resume", "auto")
-    if mode not in RESUME_MODES:
-        raise ConfigError(f"resume={mode!r} is not valid; use resume=auto (default), resume=true or resume=false")
+    mode = cfg.get("resume", "auto")  # one of lra.checks.config.RESUME_MODES: run.py checked it
     if not is_rank_zero():  # a DDP worker: rank 0 decided, and writes the one record
         return NullRecord(os.environ[ENV_RUN_ID]), os.environ.get(ENV_RESUME_FROM) or None
     key = run_key(cfg)
@@ -121,7 +118,7 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | dict, str | None]:
         return new_record(cfg, cfg.mode, run_key=key), None
     unfinished, finished = find_previous(cfg.paths.results_dir, key)
     if unfinished is not None:
-        last = Path(cfg.paths.checkpoint_dir) / unfinished["run_id"] / "last.ckpt"
+        last = Path(cfg.paths.checkpoint_dir) / unfinished["run_id"] / LAST
         record = RunRecord.reopen(Path(cfg.paths.results_dir) / "runs" / f"{unfinished['run_id']}.json")
         if last.is_file():
             record.update(status="running", resumed=True, resume_count=record.data.get("resume_count", 0) + 1, error=None)
@@ -224,7 +221,7 @@ def best_step(curve: list[list], best: ModelCheckpoint | None) -> int | None:
 
 
 def _resume_hint(stop: GracefulStop) -> str:
-    last = stop.ckpt_dir / "last.ckpt"
+    last = stop.ckpt_dir / LAST
     if not last.is_file():
         return "no checkpoint yet: the same command starts again from step 0"
     import torch

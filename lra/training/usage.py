@@ -7,10 +7,8 @@ import re
 import textwrap
 from pathlib import Path
 
-from lra.training.validate import MODES
-
 HELP_FLAGS = ("--help", "-h")
-MODE_HELP = {
+MODE_HELP = {  # every mode of lra.checks.config.MODES, in its order (a test keeps them equal)
     "train": "fit, then test the best-validation checkpoint (the default)",
     "test": "evaluate a trained checkpoint: ckpt_path=<checkpoint_dir>/<run id>/best-<step>.ckpt",
     "bench": "speed and peak memory of one training step or block (no data needed)",
@@ -61,7 +59,7 @@ def usage(conf_dir: Path) -> str:
     width = max(len(cmd) for cmd, _ in FIRST_STEPS)
     out += [f"  {cmd:<{width}}  # {what}" for cmd, what in FIRST_STEPS]
     out += ["", "Modes (mode=...):"]
-    out += [f"  {m:<8} {MODE_HELP.get(m, '')}".rstrip() for m in (*MODES, "fetch")]  # fetch runs before Hydra (run.py)
+    out += [f"  {m:<8} {what}" for m, what in MODE_HELP.items()]
     out += ["", "Presets (experiment=...):"]
     presets = sorted((conf_dir / "experiment").glob("*.yaml"))
     pw = max((len(p.stem) for p in presets), default=0)

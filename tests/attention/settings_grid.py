@@ -11,7 +11,7 @@ from symmetric values such as 0.5. A config that differs from its family's first
 keys keeps those at its own values (they are what makes it that config) and varies the rest.
 
 ``RANGES`` writes down the valid range of every numeric hyperparameter as the constructors (and, for
-``dropout``, lra/training/validate.py) check it; tests/attention/test_settings_fuzz.py tests that
+``dropout``, lra/checks/config.py) check it; tests/attention/test_settings_fuzz.py tests that
 they accept the ends and refuse the values just outside, that every table value lies inside, and
 draws the hypothesis fuzz over configs from these ranges.
 """
@@ -159,7 +159,7 @@ FAMILIES: dict[str, Family] = {
 
 @dataclass(frozen=True)
 class Range:
-    """A hyperparameter's valid range as the constructor (for ``dropout``: lra/training/validate.py)
+    """A hyperparameter's valid range as the constructor (for ``dropout``: lra/checks/config.py)
     checks it; ``draw`` is the part the config fuzz draws from (small, for time)."""
 
     kind: str                                  # "int", "odd" (odd int), "float", "rates" (list of floats)

@@ -1,5 +1,5 @@
 """The settings a user may choose, beyond the grid's tables: the valid ranges are the ones the
-constructors (and lra/training/validate.py) check, the grid and the fuzz stay inside them, and a
+constructors (and lra/checks/config.py) check, the grid and the fuzz stay inside them, and a
 hypothesis fuzz over configs draws settings from those ranges for the cheap variants and compares
 them with the float64 references in values and gradients (the grid's checks, on drawn points).
 Derandomised with no example database: the same examples on every run, so it never flakes."""
@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from attention.registry import variant_names
-from lra.training.validate import RULES
+from lra.checks.config import RULES
 from tests.attention.allpairs import all_pairs
 from tests.attention.settings_grid import (FAMILIES, HEAD_DIM, RANGES, SHAPE, Point, Range, config_values, factors,
                                            family_of, grid, row_lengths)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import gc
 import gzip
 import hashlib
 import io
@@ -127,7 +128,10 @@ def test_full_disk_while_downloading_is_an_error_and_the_bytes_are_kept(tmp_path
     monkeypatch.setenv(fetch_mod.CHECKSUMS_ENV, str(sums))
     _fill_disk_at(monkeypatch, download_mod, 500)
     argv = ["text", "--data-dir", str(tmp_path / "data")]
-    assert fetch_mod.main(argv) == 2
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # exit_user_error's, which would freeze this test process
+    with pytest.raises(SystemExit) as stopped:  # lra.badinput.exit_user_error
+        fetch_mod.main(argv)
+    assert stopped.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: cannot write the download") and "\n" not in err and "No space left" in err
     assert "500 B of" in err and "kept" in err and "fetch.download_dir" in err
@@ -149,7 +153,10 @@ def test_full_disk_while_converting_cifar_is_an_error(tmp_path, server, fixtures
     monkeypatch.setenv("LRA_MIRROR", base)
     monkeypatch.setenv(fetch_mod.CHECKSUMS_ENV, str(sums))
     _fill_disk_at(monkeypatch, fetch_mod, 5000)
-    assert fetch_mod.main(["image", "--data-dir", str(tmp_path / "data")]) == 2
+    monkeypatch.setattr(gc, "freeze", lambda: None)  # exit_user_error's, which would freeze this test process
+    with pytest.raises(SystemExit) as stopped:  # lra.badinput.exit_user_error
+        fetch_mod.main(["image", "--data-dir", str(tmp_path / "data")])
+    assert stopped.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"error: cannot write the unpacked files under {tmp_path / 'data'}") and "\n" not in err
     assert "nothing was put in place" in err and "paths.data_dir" in err

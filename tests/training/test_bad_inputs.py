@@ -6,7 +6,7 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 
 from lra.training.train import build_network
-from run import dispatch
+from run import checked_dispatch
 from tests.training.test_config import compose_run
 
 
@@ -34,7 +34,7 @@ def test_non_positive_model_sizes():
 
 
 def test_unknown_mode():
-    msg = _error(dispatch, "mode=tran")
+    msg = _error(checked_dispatch, "mode=tran")
     assert "mode='tran'" in msg and "train, test, bench, report" in msg
 
 
@@ -44,7 +44,7 @@ def test_unknown_pooling():
 
 
 def test_invalid_resume_value(tmp_path):
-    msg = _error(dispatch, "resume=maybe", f"paths.results_dir={tmp_path}")
+    msg = _error(checked_dispatch, "resume=maybe", f"paths.results_dir={tmp_path}")
     assert "resume='maybe'" in msg and "resume=auto" in msg
 
 

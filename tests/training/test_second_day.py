@@ -24,7 +24,9 @@ from lra.files import write_json
 from lra.training.devices import check_devices
 from lra.training.hydra_callbacks import STATUS_FILE, summarize
 from lra.training.usage import usage
-from lra.training.validate import _check_batch_fits, check_config, check_overrides, suggest
+from lra.checks.build import _check_batch_fits, check_build
+from lra.checks.config import check_config
+from lra.checks.overrides import check_overrides, suggest
 from lra.training.wandb_check import check_wandb, explain
 from tests.conftest import ROOT, TINY_LISTOPS, run_cli
 from tests.training.test_config import compose_run
@@ -95,13 +97,24 @@ def test_suggestions_compare_the_last_part_of_a_name():
     (["trainer.gradient_clip_val=-1"], "would do nothing"),
     (["trainer.gradient_clip_val=0"], "would do nothing"),
     (["+trainer.accumulate_grad_batches=0"], "trainer.accumulate_grad_batches=0 is invalid"),
-    (["attention=longformer", "attention.window=1"], "no sliding window"),
-    (["mode=report", "report.compare=[adamra]"], "two different variants"),
-    (["mode=report", "report.compare=[adamra,adamra]"], "two different variants"),
 ])
 def test_settings_that_mean_nothing_are_refused(overrides, needle, tmp_path):
     with pytest.raises(ConfigError, match=re.escape(needle)):
         check_config(compose_run(*overrides, f"paths.results_dir={tmp_path}/r", f"paths.checkpoint_dir={tmp_path}/c"))
+
+
+def test_variant_settings_that_mean_nothing_are_refused(tmp_path):
+    """The variant's own word (Mixer.setting_problems), said by the build stage."""
+    with pytest.raises(ConfigError, match=re.escape("no sliding window")):
+        check_build(compose_run("attention=longformer", "attention.window=1", f"paths.data_dir={tmp_path}"))
+
+
+@pytest.mark.parametrize("compare", ["[adamra]", "[adamra,adamra]"])
+def test_report_settings_that_mean_nothing_are_refused(compare, tmp_path):
+    from lra.report.arguments import check_report_config
+
+    with pytest.raises(ConfigError, match=re.escape("two different variants")):
+        check_report_config(compose_run("mode=report", f"report.compare={compare}", f"paths.results_dir={tmp_path}/r"))
 
 
 @pytest.mark.parametrize("overrides,needle", [
@@ -112,8 +125,10 @@ def test_settings_that_mean_nothing_are_refused(overrides, needle, tmp_path):
     (["trainer.fast_dev_run=true"], "mode=dry_run"),
 ])
 def test_legal_settings_that_turn_a_run_into_another_are_warned(overrides, needle, tmp_path):
-    found = check_config(compose_run(*overrides, "trainer.max_steps=5000", f"paths.results_dir={tmp_path}/r",
-                                     f"paths.checkpoint_dir={tmp_path}/c"))
+    """The variants' warnings (Mixer.setting_warnings) come from the build stage, the others from the config stage."""
+    cfg = compose_run(*overrides, "trainer.max_steps=5000", f"paths.results_dir={tmp_path}/r",
+                      f"paths.checkpoint_dir={tmp_path}/c", f"paths.data_dir={tmp_path}/d")
+    found = check_config(cfg) + (check_build(cfg) if overrides[0].startswith("attention=") else [])
     assert any(needle in w for w in found), found
 
 

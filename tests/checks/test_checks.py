@@ -1,16 +1,16 @@
-"""lra/training/validate.py and the sweep summary in-process (fast); tests/training/test_user_errors.py runs the same
-checks through run.py as a user meets them."""
+"""lra/checks/ in-process (fast); tests/training/test_user_errors.py runs the same checks through
+run.py as a user meets them."""
 from __future__ import annotations
 
-import json
+import re
 
 import pytest
-from omegaconf import OmegaConf
 
 from attention.registry import CONF_DIR
 from lra.badinput import ConfigError, NotWritableError
-from lra.training.hydra_callbacks import STATUS_FILE, SweepSummary, summarize
-from lra.training.validate import check_config, check_overrides, suggest
+from lra.checks.config import MODES, check_config
+from lra.checks.overrides import check_overrides, suggest
+from lra.training.usage import MODE_HELP
 from tests.training.test_config import compose_run
 
 
@@ -73,36 +73,9 @@ def test_suggest_prefers_siblings():
     assert suggest("zzz", ["optim.lr"]) is None
 
 
-def _job(sweep, num, status=None, overrides=()):
-    job = sweep / f"{num}_job"
-    (job / ".hydra").mkdir(parents=True)
-    if status:
-        (job / STATUS_FILE).write_text(json.dumps({"num": num, "status": status, "error": "boom\nsecond line",
-                                                   "overrides": ["model=tiny", *overrides]}))
-
-
-def test_sweep_summary_counts_and_exits_non_zero(tmp_path, capsys):
-    _job(tmp_path, 0, "finished", ["seed=0"])
-    _job(tmp_path, 1, "failed", ["seed=1"])
-    _job(tmp_path, 2)  # killed: no status file
-    jobs, text = summarize(tmp_path)
-    assert [j["status"] for j in jobs] == ["finished", "failed", "failed"]
-    assert text.splitlines()[0].startswith("[sweep] 3 jobs: 1 finished, 2 failed")
-    assert "failed: job 1 (seed=1): boom" in text and "second line" not in text and "killed" in text
-    callback = SweepSummary()
-    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
-    callback.on_multirun_start(cfg)
-    callback.started = 0.0
-    with pytest.raises(SystemExit) as info:
-        callback.on_multirun_end(cfg)
-    assert info.value.code == 1 and "2 failed" in capsys.readouterr().out
-
-
-def test_sweep_summary_all_finished_exits_normally(tmp_path, capsys):
-    _job(tmp_path, 0, "finished")
-    callback = SweepSummary()
-    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
-    callback.on_multirun_start(cfg)
-    callback.started = 0.0
-    callback.on_multirun_end(cfg)
-    assert "1 jobs: 1 finished, 0 failed" in capsys.readouterr().out
+def test_the_modes_agree_and_fetch_is_refused_through_hydra():
+    """conf/config.yaml's comment, --help and the check list the same modes; mode=fetch runs before
+    Hydra (run.py), so one that reached Hydra (quoted, swept, in a preset) is a user error."""
+    comment = re.search(r"^mode: \w+ +# (.*?) \(", (CONF_DIR / "config.yaml").read_text(), re.M).group(1)
+    assert tuple(comment.split(" | ")) == tuple(MODE_HELP) == MODES
+    assert "mode=fetch starts no run" in _problem("mode=fetch")
