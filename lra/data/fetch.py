@@ -92,6 +92,7 @@ PATHFINDER_FOLDERS = {name: folder for name, (folder, _) in DIFFICULTIES.items()
 # the batches the image reader reads as pickles, as <name>.bin records.
 CIFAR_BINS = tuple(f"{name}.bin" for name in layout.CIFAR.files)
 CIFAR_RECORD = 1 + 3 * 32 * 32
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"  # the run's config: the fetch command lines' defaults
 
 
 # ----------------------------------------------------------------------------- checksums
@@ -544,34 +545,50 @@ def run_overrides(argv: Sequence[str], conf_dir: Path,
     return fetch(units, opts)
 
 
+def command_line_plan(args: argparse.Namespace, conf_dir: Path = CONF_DIR) -> tuple[list[Unit], FetchOptions]:
+    """The units and options of ``python -m lra.data.fetch``. What its flags leave unsaid is the run's
+    config (``paths.data_dir``, the ``fetch:`` block, each task's resolution and difficulty), so both
+    fetch command lines have one set of defaults, written in conf/ only."""
+    from omegaconf import OmegaConf
+
+    names = [n for t in args.tasks for n in _task_names(t)]
+    if not names:
+        raise ConfigError(f"no task to fetch; valid: {', '.join(TASKS)}, or all")
+    given = {"from": args.from_files, "download_dir": args.download_dir, "keep_archive": args.keep_archive,
+             "release_sha256": args.release_sha256, "force": args.force, "retries": args.retries, "members": args.members}
+    units = []
+    for name in names:
+        cfg = _compose(conf_dir, [f"task={name}"])
+        task, settings = (OmegaConf.to_container(c, resolve=True) for c in (cfg.task, cfg.fetch))
+        settings.update({k: v for k, v in given.items() if v is not None})
+        data_dir = Path(args.data_dir or str(cfg.paths.data_dir)).expanduser()
+        resolution = args.resolution if args.resolution and name == "pathfinder" else task.get("resolution")
+        units += task_units(name, data_dir, {}, resolution, args.difficulty or task.get("difficulty"),
+                            settings.get("members") or None)
+    return units, options_from(settings, data_dir)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m lra.data.fetch text image retrieval [--from FILE ...]``: the same fetch without Hydra."""
+    """``python -m lra.data.fetch text image retrieval [--from FILE ...]``: the same fetch without a Hydra
+    run, for scripts; its defaults are the config's (:func:`command_line_plan`)."""
     ap = argparse.ArgumentParser(prog="python -m lra.data.fetch", description=__doc__.split("\n\n")[0],
                                  epilog="python run.py mode=fetch task=... does the same with the run's config")
     ap.add_argument("tasks", nargs="+", help=f"{', '.join(TASKS)} or all")
-    ap.add_argument("--data-dir", default=os.environ.get("LRA_DATA_DIR") or "data")
-    ap.add_argument("--download-dir", default=None, help="where archives are kept and looked for (default <data-dir>/downloads)")
-    ap.add_argument("--from", dest="from_files", nargs="+", default=[], metavar="FILE", help="archives already on disk")
+    ap.add_argument("--data-dir", default=None, help="default: paths.data_dir ($LRA_DATA_DIR, else data)")
+    ap.add_argument("--download-dir", default=None, help="where archives are kept and looked for (default: fetch.download_dir)")
+    ap.add_argument("--from", dest="from_files", nargs="+", default=None, metavar="FILE", help="archives already on disk")
     ap.add_argument("--members", nargs="+", default=None, help="LRA release folders to extract instead of the tasks' own")
-    ap.add_argument("--resolution", type=int, default=32)
-    ap.add_argument("--difficulty", default="hard", choices=sorted(PATHFINDER_FOLDERS))
-    ap.add_argument("--keep-archive", action="store_true")
+    ap.add_argument("--resolution", type=int, default=None, help="pathfinder's (default: task.resolution)")
+    ap.add_argument("--difficulty", default=None, choices=sorted(PATHFINDER_FOLDERS), help="default: task.difficulty")
+    ap.add_argument("--keep-archive", action="store_true", default=None)
     ap.add_argument("--release-sha256", default=None)
-    ap.add_argument("--force", action="store_true")
-    ap.add_argument("--retries", type=int, default=5)
+    ap.add_argument("--force", action="store_true", default=None)
+    ap.add_argument("--retries", type=int, default=None, help="default: fetch.retries")
     args = ap.parse_args(argv)
     from lra.badinput import EXIT_USER_ERROR, UserError
 
     try:
-        names = [n for t in args.tasks for n in _task_names(t)]
-        data_dir = Path(args.data_dir).expanduser()
-        units = [u for n in names for u in task_units(n, data_dir, {}, 128 if n == "pathx" else args.resolution,
-                                                       args.difficulty, args.members)]
-        opts = options_from({"from": args.from_files, "download_dir": args.download_dir, "keep_archive": args.keep_archive,
-                             "release_sha256": args.release_sha256, "force": args.force, "retries": args.retries,
-                             "retry_wait_s": 2.0, "timeout_s": 60.0, "checksums": os.environ.get(CHECKSUMS_ENV),
-                             "mirror": os.environ.get("LRA_MIRROR")}, data_dir)
-        fetch(units, opts)
+        fetch(*command_line_plan(args))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR

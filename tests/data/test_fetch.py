@@ -118,6 +118,30 @@ def test_the_fetch_puts_each_task_where_its_reader_looks(tmp_path):
             read(dm)
 
 
+def test_both_fetch_command_lines_take_their_defaults_from_the_config(tmp_path, monkeypatch):
+    """python -m lra.data.fetch and run.py mode=fetch plan the same fetch from conf/ (paths.data_dir,
+    the fetch: block, each task's resolution and difficulty); the flags replace single settings."""
+    planned: list = []
+    monkeypatch.setattr(fetch_mod, "fetch", lambda units, opts: planned.append((units, opts)))
+    monkeypatch.setenv("LRA_DATA_DIR", str(tmp_path / "d"))
+    assert fetch_mod.main(["pathx", "text"]) == 0
+    fetch_mod.run_overrides(["mode=fetch", "task=pathx,text"], fetch_mod.CONF_DIR)
+    assert planned[0] == planned[1]
+    units, opts = planned[0]
+    cfg = fetch_mod._compose(fetch_mod.CONF_DIR, ["task=pathx"])
+    assert (opts.transfer.retries, opts.transfer.retry_wait_s, opts.transfer.timeout_s) == (
+        cfg.fetch.retries, cfg.fetch.retry_wait_s, cfg.fetch.timeout_s)
+    release = tmp_path / "d" / layout.RELEASE
+    assert opts.data_dir == tmp_path / "d" and [u.dest for u in units] == [
+        release / f"pathfinder{cfg.task.resolution}" / fetch_mod.PATHFINDER_FOLDERS[cfg.task.difficulty],
+        tmp_path / "d" / layout.IMDB.leaf()]
+    assert fetch_mod.main(["pathfinder", "--resolution", "64", "--difficulty", "easy", "--retries", "0",
+                           "--data-dir", str(tmp_path / "e")]) == 0
+    units, opts = planned[-1]
+    assert opts.transfer.retries == 0 and [u.dest for u in units] == [
+        tmp_path / "e" / layout.RELEASE / "pathfinder64" / "curv_baseline"]
+
+
 def test_mirror_replaces_scheme_and_host():
     url = SOURCES["imdb"].url
     assert mirrored(url, "http://127.0.0.1:8000") == "http://127.0.0.1:8000/~amaas/data/sentiment/aclImdb_v1.tar.gz"

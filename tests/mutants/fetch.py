@@ -139,12 +139,17 @@ MUTANTS = [
            '        log(f"{label}: {_holder_text(lock)}: waiting', '        (f"{label}: {_holder_text(lock)}: waiting',
            "a second fetch waits on the lock without a word",
            (F + "test_a_second_fetch_says_who_holds_the_lock_and_waits",)),
-    # issue 35: one data layout (lra/data/layout.py)
+    # issue 35: one data layout (lra/data/layout.py) and one set of command-line defaults (conf/)
     Mutant("fetch-folder-setting-ignored", "lra/data/fetch.py",
            "        return folder.at(data_dir, dm.get(folder.setting), resolution)",
            "        return folder.at(data_dir, None, resolution)",
            "the fetch unpacks into the default folder when the task's folder setting names another",
            (T + "test_the_fetch_puts_each_task_where_its_reader_looks",)),
+    Mutant("fetch-script-own-defaults", "lra/data/fetch.py",
+           "        settings.update({k: v for k, v in given.items() if v is not None})",
+           "        settings.update({k: v for k, v in given.items() if v is not None}, timeout_s=30.0)",
+           "python -m lra.data.fetch keeps a default of its own instead of the config's",
+           (T + "test_both_fetch_command_lines_take_their_defaults_from_the_config",)),
     Mutant("fetch-ctrl-c-empty-line", "run.py",
            "    except KeyboardInterrupt as e:\n        print(f\"run.py: {str(e) or 'interrupted'}\"",
            "    except KeyboardInterrupt as e:\n        print(f\"run.py: {e or 'interrupted'}\"",
