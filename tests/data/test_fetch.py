@@ -9,6 +9,8 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -116,6 +118,14 @@ def test_the_fetch_puts_each_task_where_its_reader_looks(tmp_path):
                 else:
                     (unit.dest / name).mkdir()
             read(dm)
+
+
+def test_the_layout_and_the_fetch_import_no_torch():
+    """The layout is standard library only (the readers and the fetch share it), and the fetch does
+    not pull torch in with it."""
+    code = ("import sys, lra.data.layout; assert not {'torch', 'numpy'} & set(sys.modules); "
+            "import lra.data.fetch; assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=Path(fetch_mod.__file__).parents[2], check=True)
 
 
 def test_both_fetch_command_lines_take_their_defaults_from_the_config(tmp_path, monkeypatch):
