@@ -21,7 +21,6 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -31,13 +30,13 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from lra import CONF_DIR
 from lra.badinput import UserError, exit_user_error
 from lra.checks.build import check_build
 from lra.checks.config import check_config
 from lra.checks.overrides import check_overrides
 
 log = logging.getLogger("run")
-CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 
 def dispatch(cfg: DictConfig) -> Any:

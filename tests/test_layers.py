@@ -33,7 +33,8 @@ def layer_of(module: str) -> str | None:
         return parts[0]
     if parts[0] != "lra" or len(parts) == 1:
         return None
-    return "shared" if parts[1] in SHARED | {"__init__"} else parts[1]
+    own_module = (ROOT / "lra" / parts[1]).is_dir() or (ROOT / "lra" / f"{parts[1]}.py").is_file()
+    return parts[1] if own_module and parts[1] not in SHARED | {"__init__"} else "shared"  # or a name of lra/__init__.py
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:

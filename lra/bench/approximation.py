@@ -62,8 +62,9 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from lra import CONF_DIR, ROOT
+
 log = logging.getLogger(__name__)
-ROOT = Path(__file__).resolve().parents[2]
 LENGTHS = (256, 1024, 4096)
 HEADS, HEAD_DIM = 2, 32
 LONG = 4096                      # from this N on, random variants get ``draws_long`` draws
@@ -343,7 +344,6 @@ def measure_point(name: str, overrides: dict, inp: Inputs, refs: References, dra
 def default_config(name: str) -> dict:
     from omegaconf import OmegaConf
 
-    from attention.registry import CONF_DIR
 
     return OmegaConf.to_container(OmegaConf.load(CONF_DIR / "attention" / f"{name}.yaml"), resolve=True)
 

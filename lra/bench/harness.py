@@ -53,18 +53,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
+from lra import CONF_DIR, ROOT
 from lra.badinput import ConfigError, UserError
 from lra.footprint import PeakMemory, count_parameters
 
 log = logging.getLogger(__name__)
-ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = ROOT / "conf"
 RESULT_TAG = "LRA_BENCH_RESULT "
 DEVICES = ("auto", "cpu", "cuda")
 

@@ -109,9 +109,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.host_reads import batch_padding
+from lra import CONF_DIR, ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
-CONF_DIR = ROOT / "conf" / "attention"
 RESULT_TAG = "LRA_PEERS_RESULT "
 MODULE = __spec__.name if __spec__ is not None else "lra.bench.peers"   # the workers run this module (moves with it)
 AGREE_TOL = 1e-9   # float64: a right mapping agrees to ~1e-15, a wrong one by >1e-4
@@ -127,7 +126,7 @@ def our_conf(variant: str, overrides: dict[str, Any] | None = None) -> dict[str,
 
     from lra.bench.harness import attention_config
 
-    cfg, _ = attention_config(OmegaConf.load(CONF_DIR / f"{variant}.yaml"))
+    cfg, _ = attention_config(OmegaConf.load(CONF_DIR / "attention" / f"{variant}.yaml"))
     return {**cfg, **(overrides or {})}
 
 

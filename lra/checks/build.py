@@ -152,6 +152,7 @@ def _train_size(datamodule: Any) -> tuple[int, str] | None:
     import numpy as np
 
     from lra.data.cache import is_complete
+    from lra.data.layout import PATHFINDER_SPLIT
 
     labels = Path(datamodule.cache_dir) / "train_labels.npy"
     if is_complete(datamodule.cache_dir) and labels.is_file():
@@ -161,8 +162,9 @@ def _train_size(datamodule: Any) -> tuple[int, str] | None:
         return None
     if "n_train" in gen:
         return int(gen["n_train"]), "task.datamodule.generator.n_train"
-    if "n_images" in gen:  # Pathfinder: LRA's 80% cut of the generated images
-        return int(round(0.8 * int(gen["n_images"]))), "80% of task.datamodule.generator.n_images"
+    if "n_images" in gen:  # Pathfinder: LRA's train cut of the generated images
+        share = PATHFINDER_SPLIT[0]
+        return int(round(share * int(gen["n_images"]))), f"{share:.0%} of task.datamodule.generator.n_images"
     return None
 
 

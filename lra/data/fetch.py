@@ -1,6 +1,7 @@
 """``python run.py mode=fetch task=<name>|all``: download, verify and prepare the real data, without TensorFlow.
 
-Sources (the original public archives) and what each task takes, where its reader looks by default:
+Sources (the original public archives) and what each task takes, where its reader looks by default
+(:mod:`lra.data.layout`, read by the readers too):
 
 * text: ``aclImdb_v1.tar.gz`` (ai.stanford.edu) -> ``<data_dir>/aclImdb/{train,test}/{neg,pos}``;
 * image: ``cifar-10-binary.tar.gz`` (www.cs.toronto.edu) -> ``<data_dir>/cifar-10-batches-py/``, the
@@ -52,8 +53,9 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from lra import CONF_DIR
 from lra.badinput import BadInputError, ConfigError, DataMissingError, NotWritableError
-from lra.data import archives
+from lra.data import archives, layout
 from lra.data.archives import Unit
 from lra.data.pathfinder_gen import DIFFICULTIES
 from lra.data.download import (CHUNK, DISK_ERRORS, Expected, RangeStream, Tally, Transfer, check, download, mirrored,
@@ -87,16 +89,10 @@ SOURCES = {
 TASKS = ("listops", "text", "retrieval", "image", "pathfinder", "pathx")
 ALL = ("listops", "text", "retrieval", "image", "pathfinder")  # the five LRA tasks; Path-X on request only
 PATHFINDER_FOLDERS = {name: folder for name, (folder, _) in DIFFICULTIES.items()}
-# The readers' file names (kept here so that a fetch does not import torch with the readers;
-# tests/data/test_fetch.py checks they agree)
-AAN_FILES = ("new_aan_pairs.train.tsv", "new_aan_pairs.eval.tsv", "new_aan_pairs.test.tsv")
-LISTOPS_FILES = ("basic_train.tsv", "basic_val.tsv", "basic_test.tsv")
-CIFAR_BINS = tuple(f"data_batch_{i}.bin" for i in range(1, 6)) + ("test_batch.bin",)
+# Where the readers look and what they read there: lra.data.layout. The binary CIFAR-10 archive holds
+# the batches the image reader reads as pickles, as <name>.bin records.
+CIFAR_BINS = tuple(f"{name}.bin" for name in layout.CIFAR.files)
 CIFAR_RECORD = 1 + 3 * 32 * 32
-PATHX_WARNING = (
-    "the LRA release's pathfinder128 (Path-X) folder is reported broken: a ResNet that learns pathfinder32, 64 "
-    "and 256 stays at chance on it (google-research/long-range-arena#38). The suite's Path-X is generated "
-    "(task=pathx, task.datamodule.source=generate, the default); use the release's only to compare with it")
 
 
 # ----------------------------------------------------------------------------- checksums
@@ -159,50 +155,54 @@ def _cifar_pickles(folder: Path) -> None:
         (folder / name).unlink()
 
 
-def _dir(value: Any, default: Path) -> Path:
-    return Path(str(value)).expanduser() if value else default
+def _release_unit(task: str, folder: layout.Folder, dest: Path, use: str) -> Unit:
+    """The release's files of ``folder`` (its folder of the same name in the release), put at ``dest``."""
+    top = folder.leaf()
+    return Unit(task, "lra_release", dest, tuple(f"{top}/{n}" for n in folder.files), f"{top}/", folder.files, use=use)
 
 
-def task_units(task: str, data_dir: Path, datamodule: Mapping[str, Any], resolution: int = 32,
-               difficulty: str = "hard", members: Optional[Sequence[str]] = None) -> list[Unit]:
-    """The folders ``task`` reads, where its config says it reads them. ``members`` (release folders,
-    e.g. ``pathfinder64/curv_baseline``) replace a release task's own."""
-    dm, release = dict(datamodule), data_dir / "lra_release"
+def task_units(task: str, data_dir: Path, datamodule: Mapping[str, Any], resolution: Optional[int] = None,
+               difficulty: Optional[str] = None, members: Optional[Sequence[str]] = None) -> list[Unit]:
+    """The folders ``task`` reads, where its config says it reads them (:mod:`lra.data.layout`).
+    ``resolution`` and ``difficulty`` are the Pathfinder task's. ``members`` (release folders, e.g.
+    ``pathfinder64/curv_baseline``) replace a release task's own."""
+    dm, release = dict(datamodule), data_dir / layout.RELEASE
+
+    def dest(folder: layout.Folder) -> Path:
+        return folder.at(data_dir, dm.get(folder.setting), resolution)
+
     if task == "text":
-        dest = _dir(dm.get("imdb_dir"), data_dir / "aclImdb")
-        parts = ("train/neg", "train/pos", "test/neg", "test/pos")
-        return [Unit(task, "imdb", dest, tuple(f"aclImdb/{p}/" for p in parts), "aclImdb/", parts, use="python run.py task=text")]
+        top = layout.IMDB.leaf()
+        return [Unit(task, "imdb", dest(layout.IMDB), tuple(f"{top}/{p}/" for p in layout.IMDB.files), f"{top}/",
+                     layout.IMDB.files, use="python run.py task=text")]
     if task == "image":
-        dest = _dir(dm.get("cifar_dir"), data_dir / "cifar-10-batches-py")
-        return [Unit(task, "cifar10", dest, tuple(f"cifar-10-batches-bin/{n}" for n in CIFAR_BINS), "cifar-10-batches-bin/",
-                     tuple(n[:-4] for n in CIFAR_BINS), convert=_cifar_pickles, use="python run.py task=image")]
+        return [Unit(task, "cifar10", dest(layout.CIFAR), tuple(f"cifar-10-batches-bin/{n}" for n in CIFAR_BINS),
+                     "cifar-10-batches-bin/", layout.CIFAR.files, convert=_cifar_pickles, use="python run.py task=image")]
     if task not in TASKS:
         raise ConfigError(f"mode=fetch: unknown task {task!r}; valid: {', '.join(TASKS)} or all")
     if members:
         out = []
         for m in members:
             m = m.strip("/") + "/"
-            note = PATHX_WARNING if m.startswith("pathfinder128/") else ""
+            note = layout.PATHX_WARNING if m.startswith("pathfinder128/") else ""
             out.append(Unit(task, "lra_release", release / m.rstrip("/"), (m,), m, note=note))
         return out
     if task == "retrieval":
-        dest = _dir(dm.get("aan_dir"), release / "tsv_data")
-        return [Unit(task, "lra_release", dest, tuple(f"tsv_data/{n}" for n in AAN_FILES), "tsv_data/", AAN_FILES,
-                     use="python run.py task=retrieval")]
+        return [_release_unit(task, layout.AAN, dest(layout.AAN), "python run.py task=retrieval")]
     if task == "listops":
-        dest = _dir(dm.get("official_dir"), release / "listops-1000")
-        return [Unit(task, "lra_release", dest, tuple(f"listops-1000/{n}" for n in LISTOPS_FILES), "listops-1000/",
-                     LISTOPS_FILES, use="python run.py task=listops task.datamodule.source=official")]
+        return [_release_unit(task, layout.LISTOPS, dest(layout.LISTOPS),
+                              "python run.py task=listops task.datamodule.source=official")]
     folder = PATHFINDER_FOLDERS.get(difficulty)
     if folder is None:
         raise ConfigError(f"task.difficulty={difficulty!r}; valid: {', '.join(PATHFINDER_FOLDERS)}")
-    member = f"pathfinder{resolution}/{folder}/"
-    dest = _dir(dm.get("official_dir"), release / f"pathfinder{resolution}") / folder
-    return [Unit(task, "lra_release", dest, (member,), member, ("metadata", "imgs"),
+    if resolution is None:
+        raise ConfigError(f"task={task} needs task.resolution (e.g. task.resolution=32)")
+    member = f"{layout.PATHFINDER.leaf(resolution)}/{folder}/"
+    return [Unit(task, "lra_release", dest(layout.PATHFINDER) / folder, (member,), member, layout.PATHFINDER.files,
                  use=f"python run.py task={task} task.datamodule.source=official"
                      + (f" task.resolution={resolution}" if task == "pathfinder" and resolution != 32 else "")
                      + (f" task.difficulty={difficulty}" if difficulty != "hard" else ""),
-                 note=PATHX_WARNING if resolution == 128 else "")]
+                 note=layout.PATHX_WARNING if resolution == 128 else "")]
 
 
 # ----------------------------------------------------------------------------- fetching
@@ -535,8 +535,8 @@ def run_overrides(argv: Sequence[str], conf_dir: Path,
         task = OmegaConf.to_container(cfg.task, resolve=True)
         data_dir = Path(str(cfg.paths.data_dir)).expanduser()
         members = cfg.fetch.get("members")
-        units += task_units(name, data_dir, task.get("datamodule") or {}, int(task.get("resolution") or 32),
-                            str(task.get("difficulty") or "hard"), list(members) if members else None)
+        units += task_units(name, data_dir, task.get("datamodule") or {}, task.get("resolution"), task.get("difficulty"),
+                            list(members) if members else None)
     unused = [a for a in per_task if a not in used]
     if unused:
         check_overrides([f"task={names[0]}", *unused], conf_dir)  # names the closest setting
@@ -545,34 +545,50 @@ def run_overrides(argv: Sequence[str], conf_dir: Path,
     return fetch(units, opts)
 
 
+def command_line_plan(args: argparse.Namespace, conf_dir: Path = CONF_DIR) -> tuple[list[Unit], FetchOptions]:
+    """The units and options of ``python -m lra.data.fetch``. What its flags leave unsaid is the run's
+    config (``paths.data_dir``, the ``fetch:`` block, each task's resolution and difficulty), so both
+    fetch command lines have one set of defaults, written in conf/ only."""
+    from omegaconf import OmegaConf
+
+    names = [n for t in args.tasks for n in _task_names(t)]
+    if not names:
+        raise ConfigError(f"no task to fetch; valid: {', '.join(TASKS)}, or all")
+    given = {"from": args.from_files, "download_dir": args.download_dir, "keep_archive": args.keep_archive,
+             "release_sha256": args.release_sha256, "force": args.force, "retries": args.retries, "members": args.members}
+    units = []
+    for name in names:
+        cfg = _compose(conf_dir, [f"task={name}"])
+        task, settings = (OmegaConf.to_container(c, resolve=True) for c in (cfg.task, cfg.fetch))
+        settings.update({k: v for k, v in given.items() if v is not None})
+        data_dir = Path(args.data_dir or str(cfg.paths.data_dir)).expanduser()
+        resolution = args.resolution if args.resolution and name == "pathfinder" else task.get("resolution")
+        units += task_units(name, data_dir, {}, resolution, args.difficulty or task.get("difficulty"),
+                            settings.get("members") or None)
+    return units, options_from(settings, data_dir)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m lra.data.fetch text image retrieval [--from FILE ...]``: the same fetch without Hydra."""
+    """``python -m lra.data.fetch text image retrieval [--from FILE ...]``: the same fetch without a Hydra
+    run, for scripts; its defaults are the config's (:func:`command_line_plan`)."""
     ap = argparse.ArgumentParser(prog="python -m lra.data.fetch", description=__doc__.split("\n\n")[0],
                                  epilog="python run.py mode=fetch task=... does the same with the run's config")
     ap.add_argument("tasks", nargs="+", help=f"{', '.join(TASKS)} or all")
-    ap.add_argument("--data-dir", default=os.environ.get("LRA_DATA_DIR") or "data")
-    ap.add_argument("--download-dir", default=None, help="where archives are kept and looked for (default <data-dir>/downloads)")
-    ap.add_argument("--from", dest="from_files", nargs="+", default=[], metavar="FILE", help="archives already on disk")
+    ap.add_argument("--data-dir", default=None, help="default: paths.data_dir ($LRA_DATA_DIR, else data)")
+    ap.add_argument("--download-dir", default=None, help="where archives are kept and looked for (default: fetch.download_dir)")
+    ap.add_argument("--from", dest="from_files", nargs="+", default=None, metavar="FILE", help="archives already on disk")
     ap.add_argument("--members", nargs="+", default=None, help="LRA release folders to extract instead of the tasks' own")
-    ap.add_argument("--resolution", type=int, default=32)
-    ap.add_argument("--difficulty", default="hard", choices=sorted(PATHFINDER_FOLDERS))
-    ap.add_argument("--keep-archive", action="store_true")
+    ap.add_argument("--resolution", type=int, default=None, help="pathfinder's (default: task.resolution)")
+    ap.add_argument("--difficulty", default=None, choices=sorted(PATHFINDER_FOLDERS), help="default: task.difficulty")
+    ap.add_argument("--keep-archive", action="store_true", default=None)
     ap.add_argument("--release-sha256", default=None)
-    ap.add_argument("--force", action="store_true")
-    ap.add_argument("--retries", type=int, default=5)
+    ap.add_argument("--force", action="store_true", default=None)
+    ap.add_argument("--retries", type=int, default=None, help="default: fetch.retries")
     args = ap.parse_args(argv)
     from lra.badinput import UserError, exit_user_error
 
     try:
-        names = [n for t in args.tasks for n in _task_names(t)]
-        data_dir = Path(args.data_dir).expanduser()
-        units = [u for n in names for u in task_units(n, data_dir, {}, 128 if n == "pathx" else args.resolution,
-                                                       args.difficulty, args.members)]
-        opts = options_from({"from": args.from_files, "download_dir": args.download_dir, "keep_archive": args.keep_archive,
-                             "release_sha256": args.release_sha256, "force": args.force, "retries": args.retries,
-                             "retry_wait_s": 2.0, "timeout_s": 60.0, "checksums": os.environ.get(CHECKSUMS_ENV),
-                             "mirror": os.environ.get("LRA_MIRROR")}, data_dir)
-        fetch(units, opts)
+        fetch(*command_line_plan(args))
     except UserError as e:
         exit_user_error(e)
     except KeyboardInterrupt:

@@ -24,14 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from lra.data import tfds_source
+from lra.data import layout, tfds_source
 from lra.badinput import BadInputError, ConfigError, DataMissingError
 from lra.data.cache import save_split
 from lra.data.datamodule import CachedDataModule
 
 SOURCES = ("auto", "tfds", "folder")
-TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
-TEST_FILES = ("test_batch",)
 GREY_WEIGHTS = np.array([0.2989, 0.5870, 0.1140], dtype=np.float32)
 SEQ_LEN = 1024
 
@@ -47,7 +45,7 @@ def lra_grey(rgb: np.ndarray) -> np.ndarray:
 def read_cifar_folder(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     """``[M, 32, 32, 3]`` uint8 images and labels of the python pickles, in tfds's record order."""
     images, labels = [], []
-    for name in TRAIN_FILES if split == "train" else TEST_FILES:
+    for name in layout.CIFAR_FILES[split]:
         path = Path(root) / name
         if not path.exists():
             raise DataMissingError(f"CIFAR-10 file missing: {path} (expected the unpacked cifar-10-python.tar.gz)")
@@ -90,8 +88,8 @@ class ImageDataModule(CachedDataModule):
         if not 0.0 < train_fraction < 1.0:
             raise ConfigError(f"task.datamodule.train_fraction={train_fraction} must lie in (0, 1)")
         self.tfds_dir = Path(tfds_data_dir).expanduser() if tfds_data_dir else tfds_source.default_tfds_dir()
-        self.cifar_dir = Path(cifar_dir).expanduser() if cifar_dir else self.data_dir / "cifar-10-batches-py"
-        exists = (self.cifar_dir / TRAIN_FILES[0]).exists()
+        self.cifar_dir = layout.CIFAR.at(self.data_dir, cifar_dir)
+        exists = (self.cifar_dir / layout.CIFAR.files[0]).exists()
         self.source = ("folder" if exists else "tfds") if source == "auto" else source
         if self.source == "folder" and not exists:
             raise DataMissingError(self._missing_folder())
@@ -102,7 +100,7 @@ class ImageDataModule(CachedDataModule):
                 f"it against tensorflow-datasets' checksum and writes the batches into {self.cifar_dir}; no TensorFlow).")
 
     def _missing_folder(self) -> str:
-        return (f"CIFAR-10 pickles not found: {self.cifar_dir / TRAIN_FILES[0]} is missing. {self._fetch()} Or download "
+        return (f"CIFAR-10 pickles not found: {self.cifar_dir / layout.CIFAR.files[0]} is missing. {self._fetch()} Or download "
                 f"cifar-10-python.tar.gz from https://www.cs.toronto.edu/~kriz/cifar.html and unpack it so that "
                 f"{self.cifar_dir}/data_batch_1 exists (or set task.datamodule.cifar_dir); "
                 f"or provide the tfds dataset with task.datamodule.source=tfds")

@@ -41,6 +41,7 @@ import numpy as np
 
 from lra.files import write_bytes, write_text
 from lra.badinput import BadInputError, ConfigError, DataMissingError
+from lra.data import layout
 from lra.data.cache import build_once, save_split, settings_key
 from lra.data.datamodule import CachedDataModule
 from lra.data.progress import Progress
@@ -55,7 +56,6 @@ VOCAB = {s: i + 2 for i, s in enumerate(SYMBOLS)}
 for _op in OPERATORS:  # paper-era tokens share the ids of their bracketed forms
     VOCAB[_op[1:]] = VOCAB[_op]
 VOCAB_SIZE = len(SYMBOLS) + 2  # 17
-OFFICIAL_FILES = {"train": "basic_train.tsv", "val": "basic_val.tsv", "test": "basic_test.tsv"}
 CHUNK_DRAWS = 20000  # draws per chunk of the seeded stream (part of what defines the stream)
 
 
@@ -337,7 +337,7 @@ class ListOpsDataModule(CachedDataModule):
         tokenize("", tokenization)  # validates the mode early
         self.source = source
         self.tokenization = tokenization
-        self.official_dir = Path(official_dir).expanduser() if official_dir else self.data_dir / "lra_release" / "listops-1000"
+        self.official_dir = layout.LISTOPS.at(self.data_dir, official_dir)
         gen = {"seed": 0, "n_train": 96000, "n_val": 2000, "n_test": 2000, "min_length": 500,
                "max_length": 2000, "max_depth": 10, "max_args": 10}
         gen.update(dict(generator or {}))
@@ -371,14 +371,14 @@ class ListOpsDataModule(CachedDataModule):
         splits = {"train": rows[: g["n_train"]], "val": rows[g["n_train"]: g["n_train"] + g["n_val"]],
                   "test": rows[g["n_train"] + g["n_val"]:]}
         for split, part in splits.items():
-            write_tsv(directory / OFFICIAL_FILES[split], part)
+            write_tsv(directory / layout.LISTOPS_FILES[split], part)
         print(f"[listops] generated {total} expressions in {time.perf_counter() - start:.1f}s -> {self.tsv_dir()}")
 
     def check_sources(self) -> None:
         if self.source == "generate":
             return
         tsv_dir = self.tsv_dir()
-        missing = [f for f in OFFICIAL_FILES.values() if not (tsv_dir / f).exists()]
+        missing = [f for f in layout.LISTOPS.files if not (tsv_dir / f).exists()]
         if missing:
             raise DataMissingError(
                 f"ListOps official files missing in {tsv_dir}: {', '.join(missing)}. Get them with: python run.py "
@@ -394,7 +394,7 @@ class ListOpsDataModule(CachedDataModule):
             shutil.rmtree(self.chunk_dir(), ignore_errors=True)
         else:
             self.check_sources()
-        for split, name in OFFICIAL_FILES.items():
+        for split, name in layout.LISTOPS_FILES.items():
             rows = list(read_tsv(tsv_dir / name))
             shown = Progress(f"[listops] caching {split}", len(rows), "rows")
             ids, lengths = encode([s for s, _ in rows], self.max_len, self.tokenization, progress=shown.update)

@@ -42,7 +42,7 @@ import numpy as np
 from filelock import FileLock
 from PIL import Image
 
-from lra.data import tfds_source
+from lra.data import layout, tfds_source
 from lra.badinput import BadInput, BadInputError, ConfigError, DataMissingError
 from lra.data.cache import MARKER, is_complete, save_split, settings_key
 from lra.data.datamodule import CachedDataModule
@@ -51,7 +51,6 @@ from lra.data.workers import WorkerPool
 
 log = logging.getLogger(__name__)
 NPY_MAGIC = b"\x93NUMPY"
-SPLIT_FRACTIONS = (0.8, 0.1, 0.1)
 SPLITS = ("lra", "seeded")
 
 
@@ -174,13 +173,14 @@ def lra_split_indices(keys: list[str], all_keys: list[str], split_name: str) -> 
     ``keys`` (the readable images; their positions are returned, in tfds's order)."""
     order = tfds_source.tfds_order(all_keys, split_name)
     n = len(all_keys)
-    cuts = {"train": (0, _closest(80, n)), "val": (_closest(80, n), _closest(90, n)), "test": (_closest(90, n), n)}
+    train, val = (_closest(round(100 * sum(layout.PATHFINDER_SPLIT[:i])), n) for i in (1, 2))  # percents, as tfds
+    cuts = {"train": (0, train), "val": (train, val), "test": (val, n)}
     position = {k: i for i, k in enumerate(keys)}
     return {split: np.array([position[all_keys[j]] for j in order[a:b] if all_keys[j] in position], dtype=np.int64)
             for split, (a, b) in cuts.items()}
 
 
-def split_indices(n: int, seed: int, fractions: tuple[float, float, float] = SPLIT_FRACTIONS) -> dict[str, np.ndarray]:
+def split_indices(n: int, seed: int, fractions: tuple[float, float, float] = layout.PATHFINDER_SPLIT) -> dict[str, np.ndarray]:
     """Deterministic seeded 80/10/10 partition of ``range(n)`` (each part sorted)."""
     perm = np.random.default_rng(seed).permutation(n)
     n_train, n_val = int(round(fractions[0] * n)), int(round(fractions[1] * n))
@@ -231,12 +231,9 @@ class PathfinderDataModule(CachedDataModule):
         gen.update(dict(generator or {}))
         self.gen = gen
         self.params = lra_params(resolution, difficulty, **dict(gen.get("params") or {}))
-        base = Path(official_dir).expanduser() if official_dir else self.data_dir / "lra_release" / f"pathfinder{resolution}"
-        self.official_dir = base
+        self.official_dir = layout.PATHFINDER.at(self.data_dir, official_dir, resolution)
         if source == "official" and resolution == 128:
-            from lra.data.fetch import PATHX_WARNING
-
-            log.warning(PATHX_WARNING[0].upper() + PATHX_WARNING[1:])
+            log.warning(layout.PATHX_WARNING[0].upper() + layout.PATHX_WARNING[1:])
         if source == "official" and not is_complete(self.cache_dir):
             self._check_official()
 
@@ -273,7 +270,7 @@ class PathfinderDataModule(CachedDataModule):
         src = {"official": str(self.official_dir.resolve())} if self.source == "official" else {"generated": self._generated_key()}
         return {"format": 1, "resolution": self.resolution, "difficulty": self.difficulty,
                 "split": self.split, **({"split_seed": self.split_seed} if self.split == "seeded" else {}),
-                "fractions": list(SPLIT_FRACTIONS), **src}
+                "fractions": list(layout.PATHFINDER_SPLIT), **src}
 
     # -- building ---------------------------------------------------------------------------
     def _generate(self) -> Path:

@@ -24,11 +24,10 @@ from typing import Any, Iterator
 import numpy as np
 
 from lra.data import bytes as byte_tok
+from lra.data import layout
 from lra.badinput import BadInput, BadInputError, DataMissingError
 from lra.data.cache import save_split
 from lra.data.datamodule import CachedDataModule
-
-FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
 
 
 def parse_line(line: bytes) -> tuple[int, bytes, bytes]:
@@ -78,20 +77,20 @@ class RetrievalDataModule(CachedDataModule):
     ) -> None:
         super().__init__(data_dir, max_len, batch_size, **kwargs)
         BadInput("aan", on_error, max_bad_fraction)  # validates the policy early
-        self.aan_dir = Path(aan_dir).expanduser() if aan_dir else self.data_dir / "lra_release" / "tsv_data"
+        self.aan_dir = layout.AAN.at(self.data_dir, aan_dir)
         self.on_error, self.max_bad_fraction = on_error, float(max_bad_fraction)
 
     def check_sources(self) -> None:
         """Called by ``prepare_data`` (before any training step) when the cache must be built; not at
         construction, so configs compose and instantiate on machines without the data."""
-        missing = [f for f in FILES.values() if not (self.aan_dir / f).is_file()]
+        missing = [f for f in layout.AAN.files if not (self.aan_dir / f).is_file()]
         if missing:
             raise DataMissingError(
                 f"AAN retrieval files missing in {self.aan_dir}: {', '.join(missing)}. Get them with: python run.py "
                 f"mode=fetch task=retrieval (reads the LRA release lra_release.gz, about 7.7 GB, as it downloads and "
                 f"keeps only these three files; no TensorFlow). Or download lra_release.gz from the Long Range Arena "
                 f"release (google-research/long-range-arena), unpack it and point task.datamodule.aan_dir at its "
-                f"'tsv_data' folder (default: <data_dir>/lra_release/tsv_data)")
+                f"'{layout.AAN.leaf()}' folder (default: <data_dir>/{layout.AAN.default()})")
 
     def settings(self) -> dict[str, Any]:
         return {"format": 1, "max_len": self.max_len, "path": str(self.aan_dir.resolve()),
@@ -99,7 +98,7 @@ class RetrievalDataModule(CachedDataModule):
 
     def build(self, directory: Path) -> None:
         self.check_sources()
-        for split, name in FILES.items():
+        for split, name in layout.AAN_FILES.items():
             path = self.aan_dir / name
             bad = BadInput(f"AAN {name}", self.on_error, self.max_bad_fraction)
             capacity = count_lines(path)

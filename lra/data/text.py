@@ -24,12 +24,11 @@ from typing import Any
 import numpy as np
 
 from lra.data import bytes as byte_tok
-from lra.data import tfds_source
+from lra.data import layout, tfds_source
 from lra.badinput import BadInput, ConfigError, DataMissingError
 from lra.data.cache import save_split
 from lra.data.datamodule import CachedDataModule
 
-LABELS = ("neg", "pos")
 SOURCES = ("auto", "tfds", "folder")
 VAL_SPLITS = ("test", "train_holdout")
 
@@ -38,7 +37,7 @@ def read_imdb_folder(root: Path, split: str, bad: BadInput | None = None) -> tup
     """Texts and labels of ``aclImdb/<split>`` in tfds's record order."""
     root = Path(root)
     keys, texts, labels = [], [], []
-    for label, name in enumerate(LABELS):
+    for label, name in enumerate(layout.IMDB_LABELS):
         d = root / split / name
         if not d.is_dir():
             raise DataMissingError(f"IMDb folder incomplete: {d} is missing (expected the unpacked aclImdb_v1.tar.gz)")
@@ -84,7 +83,7 @@ class TextDataModule(CachedDataModule):
             raise ConfigError(f"task.datamodule.holdout_fraction={holdout_fraction} must lie in (0, 1)")
         BadInput("imdb", on_error, max_bad_fraction)  # validates the policy early
         self.tfds_dir = Path(tfds_data_dir).expanduser() if tfds_data_dir else tfds_source.default_tfds_dir()
-        self.imdb_dir = Path(imdb_dir).expanduser() if imdb_dir else self.data_dir / "aclImdb"
+        self.imdb_dir = layout.IMDB.at(self.data_dir, imdb_dir)
         self.source = ("folder" if (self.imdb_dir / "train").is_dir() else "tfds") if source == "auto" else source
         if self.source == "folder" and not (self.imdb_dir / "train").is_dir():
             raise DataMissingError(self._missing_folder())

@@ -11,7 +11,8 @@ import pytest
 
 from lra.badinput import BadInput, BadInputError
 from lra.data.bytes import decode
-from lra.data.retrieval import FILES, RetrievalDataModule, read_tsv
+from lra.data.layout import AAN_FILES
+from lra.data.retrieval import RetrievalDataModule, read_tsv
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "aan_small.tsv"
 
@@ -43,7 +44,7 @@ def test_fatal_policy_and_bad_fraction():
 def _aan_dir(root: Path) -> Path:
     d = root / "tsv_data"
     d.mkdir(parents=True)
-    for name in FILES.values():
+    for name in AAN_FILES.values():
         shutil.copy(FIXTURE, d / name)
     return d
 
@@ -80,7 +81,7 @@ def test_text_and_retrieval_end_to_end(cli):
     d = data / "lra_release" / "tsv_data"
     d.mkdir(parents=True)
     rng = np.random.default_rng(0)
-    for name in FILES.values():
+    for name in AAN_FILES.values():
         lines = [f"{i % 2}.0\ta{i}\tb{i}\tdoc {'x' * int(rng.integers(5, 40))}\tother \"{i}\"" for i in range(24)]
         (d / name).write_text("\n".join(lines) + "\n")
     cli("-m", "task=text,retrieval", "model=tiny", "logger=none", "task.max_len=32", "task.batch_size=8",

@@ -10,6 +10,8 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ from lra.badinput import BadInputError, ConfigError, DataMissingError, NotWritab
 from lra.data import archives as archives_mod
 from lra.data import download as download_mod
 from lra.data import fetch as fetch_mod
+from lra.data import layout
 from lra.data.download import INTERRUPT_ENV, ByteProgress, Transfer, mirrored
 from lra.data.fetch import SOURCES, FetchOptions, expected_for, fetch, task_units, tfds_checksum_files
 from tests.conftest import run_cli
@@ -85,14 +88,69 @@ def test_extra_checksum_file_is_read_first(tmp_path):
     assert (got.size, got.sha256) == (12, "c" * 64) and str(sums) in got.origin
 
 
-def test_layout_constants_match_the_readers():
-    from lra.data.image import TEST_FILES, TRAIN_FILES
-    from lra.data.listops import OFFICIAL_FILES
-    from lra.data.retrieval import FILES
+def test_the_fetch_puts_each_task_where_its_reader_looks(tmp_path):
+    """Both read lra.data.layout: at its default place and at a folder its setting names, each task's
+    reader names the fetch's folder when it is missing, and accepts it once it holds what the fetch puts there."""
+    from lra.data.image import ImageDataModule
+    from lra.data.listops import ListOpsDataModule
+    from lra.data.pathfinder import PathfinderDataModule
+    from lra.data.retrieval import RetrievalDataModule
+    from lra.data.text import TextDataModule
 
-    assert fetch_mod.AAN_FILES == tuple(FILES.values())
-    assert fetch_mod.LISTOPS_FILES == tuple(OFFICIAL_FILES.values())
-    assert tuple(n[:-4] for n in fetch_mod.CIFAR_BINS) == TRAIN_FILES + TEST_FILES
+    data = str(tmp_path / "data")
+    readers = {  # task -> (its folder setting, its reader's check)
+        "text": ("imdb_dir", lambda dm: TextDataModule(data, 16, source="folder", **dm)),
+        "image": ("cifar_dir", lambda dm: ImageDataModule(data, source="folder", **dm)),
+        "retrieval": ("aan_dir", lambda dm: RetrievalDataModule(data, 16, **dm).check_sources()),
+        "listops": ("official_dir", lambda dm: ListOpsDataModule(data, 16, source="official", **dm).check_sources()),
+        "pathfinder": ("official_dir", lambda dm: PathfinderDataModule(data, 64 * 64, resolution=64, difficulty="easy",
+                                                                       source="official", **dm)),
+    }
+    for task, (setting, read) in readers.items():
+        for dm in ({}, {setting: str(tmp_path / f"own_{task}")}):
+            [unit] = task_units(task, Path(data), dm, 64, "easy")
+            with pytest.raises(DataMissingError) as e:
+                read(dm)
+            assert str(unit.dest) in str(e.value) and "mode=fetch" in str(e.value), (task, dm)
+            for name in unit.required:  # files have a suffix, the rest are folders
+                (unit.dest / name).parent.mkdir(parents=True, exist_ok=True)
+                if Path(name).suffix:
+                    (unit.dest / name).touch()
+                else:
+                    (unit.dest / name).mkdir()
+            read(dm)
+
+
+def test_the_layout_and_the_fetch_import_no_torch():
+    """The layout is standard library only (the readers and the fetch share it), and the fetch does
+    not pull torch in with it."""
+    code = ("import sys, lra.data.layout; assert not {'torch', 'numpy'} & set(sys.modules); "
+            "import lra.data.fetch; assert 'torch' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], cwd=Path(fetch_mod.__file__).parents[2], check=True)
+
+
+def test_both_fetch_command_lines_take_their_defaults_from_the_config(tmp_path, monkeypatch):
+    """python -m lra.data.fetch and run.py mode=fetch plan the same fetch from conf/ (paths.data_dir,
+    the fetch: block, each task's resolution and difficulty); the flags replace single settings."""
+    planned: list = []
+    monkeypatch.setattr(fetch_mod, "fetch", lambda units, opts: planned.append((units, opts)))
+    monkeypatch.setenv("LRA_DATA_DIR", str(tmp_path / "d"))
+    assert fetch_mod.main(["pathx", "text"]) == 0
+    fetch_mod.run_overrides(["mode=fetch", "task=pathx,text"], fetch_mod.CONF_DIR)
+    assert planned[0] == planned[1]
+    units, opts = planned[0]
+    cfg = fetch_mod._compose(fetch_mod.CONF_DIR, ["task=pathx"])
+    assert (opts.transfer.retries, opts.transfer.retry_wait_s, opts.transfer.timeout_s) == (
+        cfg.fetch.retries, cfg.fetch.retry_wait_s, cfg.fetch.timeout_s)
+    release = tmp_path / "d" / layout.RELEASE
+    assert opts.data_dir == tmp_path / "d" and [u.dest for u in units] == [
+        release / f"pathfinder{cfg.task.resolution}" / fetch_mod.PATHFINDER_FOLDERS[cfg.task.difficulty],
+        tmp_path / "d" / layout.IMDB.leaf()]
+    assert fetch_mod.main(["pathfinder", "--resolution", "64", "--difficulty", "easy", "--retries", "0",
+                           "--data-dir", str(tmp_path / "e")]) == 0
+    units, opts = planned[-1]
+    assert opts.transfer.retries == 0 and [u.dest for u in units] == [
+        tmp_path / "e" / layout.RELEASE / "pathfinder64" / "curv_baseline"]
 
 
 def test_mirror_replaces_scheme_and_host():
@@ -338,7 +396,7 @@ def test_data_in_place_is_kept_or_refused(tmp_path, server, fixtures):
     base, state = server
     done = tmp_path / "data" / "lra_release" / "tsv_data"
     done.mkdir(parents=True)
-    for name in fetch_mod.AAN_FILES:
+    for name in layout.AAN.files:
         (done / name).write_text("1\ta\tb\tx\ty\n")
     lines: list[str] = []
     fetch(_units(tmp_path, "retrieval"), _opts(tmp_path, base, fixtures["archives"], lines))

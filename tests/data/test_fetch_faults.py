@@ -26,6 +26,7 @@ from lra.badinput import BadInputError, DataMissingError, NotWritableError
 from lra.data import archives as archives_mod
 from lra.data import download as download_mod
 from lra.data import fetch as fetch_mod
+from lra.data import layout
 from lra.data.download import Transfer
 from lra.data.fetch import FetchOptions, fetch
 from tests.data.fetch_server import checksums_tsv, tar_gz, url_path
@@ -202,7 +203,7 @@ def test_a_replacement_stopped_between_its_renames_is_undone(tmp_path, server, f
     base, state = server
     aside = tmp_path / "data" / "lra_release" / ".tsv_data.replaced-99999"
     aside.mkdir(parents=True)
-    for name in fetch_mod.AAN_FILES:
+    for name in layout.AAN.files:
         (aside / name).write_text("1\ta\tb\tx\ty\n")
     lines: list[str] = []
     fetch(_units(tmp_path, "retrieval"), _opts(tmp_path, base, fixtures["archives"], lines))
@@ -241,7 +242,7 @@ def test_data_in_place_needs_no_writable_folder(tmp_path, server, fixtures):
     base, state = server
     done = tmp_path / "data" / "lra_release" / "tsv_data"
     done.mkdir(parents=True)
-    for name in fetch_mod.AAN_FILES:
+    for name in layout.AAN.files:
         (done / name).write_text("1\ta\tb\tx\ty\n")
     (tmp_path / "data" / "downloads").write_text("not a folder")
     lines: list[str] = []
