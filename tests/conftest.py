@@ -1,6 +1,13 @@
-"""Shared fixtures. Tests never touch the network: W&B runs offline, data is generated small."""
+"""Shared fixtures. Tests never touch the network: W&B runs offline, data is generated small.
+
+Parallel workers (the README's ``pytest -n auto --dist loadgroup``): a test that uses a fixture of
+module scope or wider, written here (a trained run, a started server, generated data), runs on the
+worker that built it, so every such fixture is built once; tests that must not share the machine
+with each other carry an explicit ``xdist_group`` (``ddp``: gloo processes on a port found free
+just before; ``inductor``: one worker pays Inductor's first-compile cost)."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -55,3 +62,46 @@ def cli(tmp_path):
         return run_cli(list(args), tmp_path, **kwargs)
     _run.cwd = tmp_path
     return _run
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and _uses_shared_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def _uses_shared_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = [d for ds in (info.name2fixturedefs.values() if info else ()) for d in ds]
+    return any(d.baseid and d.scope != "function" for d in defs)  # baseid "": pytest's own (tmp_path_factory)
+
+
+# The settings grid's size and time (tests/attention/test_reference_grid.py), summed over workers.
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # noqa: ANN001 - pytest-xdist's hook, on the controller
+    from tests.attention.settings_grid import TIMES
+
+    for config, times in json.loads(getattr(node, "workeroutput", {}).get("settings_grid", "{}")).items():
+        TIMES[config].extend(times)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if hasattr(session.config, "workeroutput"):  # a worker: hand its grid times to the controller
+        from tests.attention.settings_grid import TIMES
+
+        session.config.workeroutput["settings_grid"] = json.dumps(TIMES)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook
+    from tests.attention.settings_grid import TIMES, every_config, grid
+
+    if not TIMES:
+        return
+    ran = sum(len(t) for t in TIMES.values())
+    total = sum(len(grid(c)) for c in every_config())
+    secs = sum(sum(t) for t in TIMES.values())
+    slowest = sorted(TIMES, key=lambda c: -sum(TIMES[c]))[:3]
+    terminalreporter.write_line(
+        f"settings grid: {ran} point runs ({total} points, each eager and graph-safe) over {len(TIMES)} configs in {secs:.1f} s "
+        f"(slowest: {', '.join(f'{c} {len(TIMES[c])} points {sum(TIMES[c]):.1f} s' for c in slowest)})")

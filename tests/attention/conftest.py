@@ -1,4 +1,5 @@
-"""Prints the settings grid's size and time when its tests ran (tests/attention/test_reference_grid.py)."""
+"""``attention_mode``: the reference tests run eager and graph-safe. (The settings grid's summary line is
+printed by ``tests/conftest.py``, which also sees the parallel workers' times.)"""
 from __future__ import annotations
 
 from typing import Iterator
@@ -6,19 +7,6 @@ from typing import Iterator
 import pytest
 
 from attention.host_reads import graph_safe
-from tests.attention.settings_grid import TIMES, every_config, grid
-
-
-def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest's hook
-    if not TIMES:
-        return
-    ran = sum(len(t) for t in TIMES.values())
-    total = sum(len(grid(c)) for c in every_config())
-    secs = sum(sum(t) for t in TIMES.values())
-    slowest = sorted(TIMES, key=lambda c: -sum(TIMES[c]))[:3]
-    terminalreporter.write_line(
-        f"settings grid: {ran} point runs ({total} points, each eager and graph-safe) over {len(TIMES)} configs in {secs:.1f} s "
-        f"(slowest: {', '.join(f'{c} {len(TIMES[c])} points {sum(TIMES[c]):.1f} s' for c in slowest)})")
 
 
 @pytest.fixture(params=["eager", "graph_safe"])

@@ -35,6 +35,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+pytestmark = pytest.mark.xdist_group("ddp")  # gloo on a port found free just before (tests/conftest.py)
+
+
 @pytest.fixture(scope="module")
 def ddp_runs(tmp_path_factory):
     """The pair's results directory, every case trained once."""

@@ -73,6 +73,7 @@ def test_fullgraph_compile_matches_eager(name: str, padded: bool) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("inductor")  # one worker pays Inductor's first compile
 @pytest.mark.parametrize("name", INDUCTOR)
 def test_inductor_compile_matches_eager(name: str) -> None:
     _assert_matches(name, True, "inductor")

@@ -71,6 +71,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.xdist_group("ddp")  # gloo on a port found free just before (tests/conftest.py)
 def test_ddp_centroid_update_uses_every_rank(tmp_path):
     """Two gloo ranks, each with its own batch: both end with the centroids a single process gets
     from the two batches together (sums and counts all-reduced before the EMA)."""

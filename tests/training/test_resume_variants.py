@@ -129,6 +129,7 @@ class _WithArgs:
         return self.server.run([*args, *self.extra], cwd, env, check=check)
 
 
+@pytest.mark.xdist_group("ddp")  # Lightning's ddp takes a port found free just before (tests/conftest.py)
 @pytest.mark.parametrize("name", STATEFUL)
 def test_ddp_stateful_variant_resumes_exactly(ddp_runs, name):
     """Both ranks kill themselves in step 10 (after that step's gradient all-reduce); rank 0's

@@ -30,6 +30,7 @@ def test_wandb_offline_run_per_job(cli):
     assert sorted(r["seed"] for r in records(cli.cwd)) == [0, 1]
 
 
+@pytest.mark.xdist_group("ddp")  # Lightning's ddp takes a port found free just before (tests/conftest.py)
 def test_ddp_two_cpu_processes_one_record(cli):
     cli(*TINY_LISTOPS, "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "trainer.max_steps=6",
         "task.val_every=3", timeout=600)
