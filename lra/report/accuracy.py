@@ -28,7 +28,7 @@ from typing import Any
 
 from lra.report import reference as ref
 from lra.report import stats
-from lra.report.cells import AccuracyGroup, Cell, RowKey, labels_text, row_text
+from lra.report.cells import AccuracyGroup, ExperimentCell, RowKey, labels_text, row_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, ComparisonRow, RunPair, measured_on, ranking_marks
 from lra.report.tables import MISSING, Table, TableCell, slug
 
@@ -60,11 +60,11 @@ def fmt_ci(lo: float | None, hi: float | None, digits: int = 2) -> str:
     return f"[{lo:.{digits}f}, {hi:.{digits}f}]" if lo is not None and hi is not None else "[—]"
 
 
-def _steps(cell: Cell) -> list[int | None]:
+def _steps(cell: ExperimentCell) -> list[int | None]:
     return [cell.runs[s].best_val_step() for s in cell.seeds]
 
 
-def cell_text(cell: Cell, metric: str, mark: str = "") -> tuple[str, dict[str, Any]]:
+def cell_text(cell: ExperimentCell, metric: str, mark: str = "") -> tuple[str, dict[str, Any]]:
     """(text, raw figures) of one accuracy cell."""
     values = cell.values(metric)
     mean = statistics.fmean(values)
@@ -285,7 +285,7 @@ def run_pairs_table(group: AccuracyGroup, pairs: list[RunPair]) -> Table | None:
     return table
 
 
-def _failures(cell: Cell) -> tuple[int, int]:
+def _failures(cell: ExperimentCell) -> tuple[int, int]:
     """(runs in the chance band, runs with predictions) of a cell, judged on their test accuracy."""
     bad = 0
     runs = cell.with_predictions
@@ -295,7 +295,7 @@ def _failures(cell: Cell) -> tuple[int, int]:
     return bad, len(runs)
 
 
-def _floor(cell: Cell, metric: str) -> float:
+def _floor(cell: ExperimentCell, metric: str) -> float:
     """The cell's spread floor (one example of the set its metric is measured on); 0 where unknown."""
     sizes = {measured_on(r, metric) for r in cell.runs.values()}
     return stats.spread_floor(sizes.pop()) if len(sizes) == 1 and None not in sizes else 0.0

@@ -67,8 +67,9 @@ def diff_label(base: dict[str, Any], other: dict[str, Any], own_hash: str, test_
 
 
 @dataclass
-class Cell:
-    """One experiment's runs on one task: seed -> run (the newest record per seed)."""
+class ExperimentCell:
+    """One experiment's runs on one task, the report's unit of pooling: seed -> run (the newest record
+    per seed). What a table shows of it is a :class:`lra.report.tables.TableCell`."""
     flat: dict[str, Any]          # the seedless identity, flattened
     runs: dict[int, Run] = field(default_factory=dict)
     test_set: str | None = None   # the label/length fingerprint its runs share (None: no prediction files)
@@ -110,7 +111,7 @@ class AccuracyGroup:
     """One accuracy table: row -> task -> cell."""
     protocol: str
     custom: bool
-    rows: dict[RowKey, dict[str, Cell]] = field(default_factory=dict)
+    rows: dict[RowKey, dict[str, ExperimentCell]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -208,7 +209,7 @@ def accuracy_groups(runs: list[Run], ledger: Ledger) -> list[AccuracyGroup]:
     references = _references(train, flats, hashes)
     groups: dict[tuple[str, bool], AccuracyGroup] = {}
     for (protocol, overrides, attention, task), by_hash in sorted(buckets.items()):
-        cells = {(h, ts): Cell(flats[h], _one_per_seed(rs, ledger), ts)
+        cells = {(h, ts): ExperimentCell(flats[h], _one_per_seed(rs, ledger), ts)
                  for h, hrs in by_hash.items() for ts, rs in _split_by_test_set(hrs).items()}
         ref_settings, ref_set = references.get((protocol, task), (None, None))
         eligible = [k for k, c in cells.items()

@@ -24,7 +24,7 @@ MISSING = "—"
 
 @dataclass
 class TableCell:
-    """One displayed cell (not an accuracy cell of pooled runs: that is lra.report.cells.Cell)."""
+    """One displayed cell (not an accuracy cell of pooled runs: that is lra.report.cells.ExperimentCell)."""
     text: str
     value: float | None = None   # what ranking compares
     emph: int = 0                # 1 bold, 2 underlined
