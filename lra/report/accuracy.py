@@ -28,27 +28,18 @@ from typing import Any
 
 from lra.report import reference as ref
 from lra.report import stats
-from lra.report.cells import AccuracyGroup, ExperimentCell, RowKey, labels_text, row_text
+from lra.report.cells import AccuracyGroup, ExperimentCell, RowKey, row_text, source_column, source_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, ComparisonRow, RunPair, measured_on, ranking_marks
 from lra.report.tables import MISSING, Table, TableCell, slug
 
-OWN = "run"
 T_TITLE = "mean ± sd [95% t-interval over seeds]"
 ACROSS_TITLE = "Avg with its 95% t-interval on the stratified variance (Welch-Satterthwaite degrees of freedom)"
 TASK_FIELDS = ("mean", "std", "n", "low", "high", "seeds", "values", "config", "commits", "n_test", "best_val_steps",
                "test_vs_softmax", "p_vs_softmax", "p_holm_vs_softmax", "significant")
 
 
-def _labels(key: RowKey, custom: bool) -> str:
-    return labels_text(key[1]) if custom else OWN
-
-
-def _second(custom: bool) -> str:
-    return "differs in" if custom else "source"
-
-
 def _row_label(key: RowKey, custom: bool) -> list[TableCell]:
-    return [TableCell(key[0], data={"attention": key[0]}), _plain(_second(custom), _labels(key, custom))]
+    return [TableCell(key[0], data={"attention": key[0]}), _plain(source_column(custom), source_text(key, custom))]
 
 
 def _plain(column: str, text: str, value: Any = None) -> TableCell:
@@ -90,7 +81,7 @@ def cell_text(cell: ExperimentCell, metric: str, mark: str = "") -> tuple[str, d
 def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow]) -> tuple[Table, dict[str, tuple[float, list[str]]]]:
     """The table, and each complete own row's (Avg, tasks) (protocol tables feed SMAT and the bubble chart)."""
     tasks = group.tasks
-    second = _second(group.custom)
+    second = source_column(group.custom)
     header = ["attention", second] + tasks + ["Avg"]
     table = Table(group.name, f"Accuracy (%), {group.where}, metric {metric}: {T_TITLE}", header)
     against = {(c.task, c.variant): c for c in family}
@@ -168,7 +159,7 @@ def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow
 def cells_table(group: AccuracyGroup, metric: str) -> Table:
     """Where each cell comes from: its experiment identity, seeds, per-seed values, commits, test set."""
     name = f"cells_{'custom_' if group.custom else ''}{slug(group.protocol)}"
-    header = ["attention", _second(group.custom), "task", "config", "seeds", f"{metric} x 100 per seed",
+    header = ["attention", source_column(group.custom), "task", "config", "seeds", f"{metric} x 100 per seed",
               "commits", "test examples"]
     table = Table(name, f"Cells of the accuracy table, {group.where}: one experiment each", header)
     for key in group.row_keys():
@@ -305,7 +296,7 @@ def across_table(group: AccuracyGroup, metric: str) -> Table:
     """Avg with its stratified t-interval, P(row > softmax) and convergence failures."""
     name = f"across_{'custom_' if group.custom else ''}{slug(group.protocol)}"
     tasks = group.tasks
-    header = ["attention", _second(group.custom), "tasks", "Avg [95% CI]", "P(> softmax)", "convergence failures"]
+    header = ["attention", source_column(group.custom), "tasks", "Avg [95% CI]", "P(> softmax)", "convergence failures"]
     table = Table(name, f"Across tasks, {group.where}, metric {metric}: {ACROSS_TITLE}", header)
     for key in group.row_keys():
         per = group.rows[key]

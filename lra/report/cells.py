@@ -37,7 +37,7 @@ from lra.identity import config_hash, flatten, protocol_settings, seed_following
 from lra.report import reference as ref
 from lra.report.protocols import protocol_overrides
 from lra.report.screening import SUPERSEDED, Ledger, Run
-from lra.report.tables import slug
+from lra.report.tables import OWN, slug
 
 RowKey = tuple[str, tuple[str, ...]]  # (attention, labels: protocol-defining overrides, then "config <hash>: diffs")
 ATTENTION_SECTIONS = ("attention", "attention_name")  # what a variant-vs-baseline comparison may differ in
@@ -136,6 +136,16 @@ def labels_text(labels: tuple[str, ...]) -> str:
     """'task.max_len=128 optim.lr=0.001; config 1a2b3c4d: optim.eps=1e-08': overrides, then config differences."""
     plain = " ".join(x for x in labels if not x.startswith(CONFIG_LABEL))
     return "; ".join(x for x in (plain, *(x for x in labels if x.startswith(CONFIG_LABEL))) if x)
+
+
+def source_column(custom: bool) -> str:
+    """The header of a row's second column: what a custom row differs in, else where the row is from."""
+    return "differs in" if custom else "source"
+
+
+def source_text(key: RowKey, custom: bool) -> str:
+    """A row's second column: its labels in a custom table, else :data:`~lra.report.tables.OWN`."""
+    return labels_text(key[1]) if custom else OWN
 
 
 def row_text(key: RowKey) -> str:

@@ -38,9 +38,8 @@ from lra.report import stats
 from lra.report.cells import AccuracyGroup, order
 from lra.report.screening import NOT_USED, SUPERSEDED, Ledger, Run
 from lra.report.smat import smat_scores
-from lra.report.tables import MISSING, Table, TableCell, emphasise, slug
+from lra.report.tables import MISSING, OWN, Table, TableCell, emphasise, slug
 
-OWN = "run"
 MIN_FIT_MB = 1.0  # peaks below this are the CPU method's resolution (reused pages), not a size
 MODEL_SIZES = ("n_layers", "d_model", "n_heads", "d_head", "d_ffn", "pool", "dropout")
 PAPER_SMAT = {"length": 4096, "batch": 8, "task": "text", "model": "L2 d64 h2 ffn128"}  # AdaMRA Table 3

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MISSING = "—"
+OWN = "run"  # the source column of this suite's own rows (published rows name their paper)
 
 
 @dataclass
