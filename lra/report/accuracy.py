@@ -30,7 +30,7 @@ from lra.report import reference as ref
 from lra.report import stats
 from lra.report.cells import AccuracyGroup, ExperimentCell, RowKey, row_text, source_column, source_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, ComparisonRow, RunPair, measured_on, ranking_marks
-from lra.report.tables import MISSING, Table, TableCell, slug
+from lra.report.tables import MISSING, Table, TableCell
 
 T_TITLE = "mean ± sd [95% t-interval over seeds]"
 ACROSS_TITLE = "Avg with its 95% t-interval on the stratified variance (Welch-Satterthwaite degrees of freedom)"
@@ -131,13 +131,13 @@ def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow
         f"of freedom (half-width 12.7 sd/√2), flagged (1 dof). {MISSING} = no finished run. The LaTeX and CSV exports hold "
         "these same cells (the CSV unrounded, with each cell's seeds and tests).",
         f"{SIGNIFICANT} = the seed-level test against softmax is significant at {ALPHA:g} after Holm over this table's "
-        f"declared family (table significance_{'custom_' if group.custom else ''}{slug(group.protocol)} lists its members); "
+        f"declared family (table {group.file_name('significance')} lists its members); "
         f"seed-level tests need ≥ {stats.MIN_SEEDS} seeds per side.",
         f"Avg = mean over the {len(tasks)} task column(s) shown, only for rows with all of them"
         + ("" if tasks == list(ref.LRA_TASKS) else " (not the five-task LRA average)")
         + "; its interval, P(> softmax) and convergence failures: the across-task table. No marks on Avg.",
         f"Per-seed values, seed lists, config hash, commits and test-set size of every cell: the CSV and table "
-        f"cells_{'custom_' if group.custom else ''}{slug(group.protocol)}.",
+        f"{group.file_name('cells')}.",
     ]
     if mixed:
         table.notes.append("(k commits): the cell pools runs of one configuration made by k code versions.")
@@ -158,7 +158,7 @@ def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow
 
 def cells_table(group: AccuracyGroup, metric: str) -> Table:
     """Where each cell comes from: its experiment identity, seeds, per-seed values, commits, test set."""
-    name = f"cells_{'custom_' if group.custom else ''}{slug(group.protocol)}"
+    name = group.file_name("cells")
     header = ["attention", source_column(group.custom), "task", "config", "seeds", f"{metric} x 100 per seed",
               "commits", "test examples"]
     table = Table(name, f"Cells of the accuracy table, {group.where}: one experiment each", header)
@@ -231,7 +231,7 @@ COMPARISON_HEADER = ["task", "variant", "baseline", "test", "seeds", "variant me
 def significance_table(group: AccuracyGroup, family: list[ComparisonRow]) -> Table | None:
     if not family:
         return None
-    name = f"significance_{'custom_' if group.custom else ''}{slug(group.protocol)}"
+    name = group.file_name("significance")
     table = Table(name, f"Seed-level tests against softmax, {group.where}: the declared family, Holm-corrected", COMPARISON_HEADER)
     _comparison_rows(table, family)
     tested = [c for c in family if c.result is not None]
@@ -243,7 +243,7 @@ def significance_table(group: AccuracyGroup, family: list[ComparisonRow]) -> Tab
 
 
 def exploratory_table(group: AccuracyGroup, pair: tuple[str, str], comps: list[ComparisonRow]) -> Table:
-    name = f"compare_{'custom_' if group.custom else ''}{slug(group.protocol)}"
+    name = group.file_name("compare")
     table = Table(name, f"Exploratory comparison report.compare=[{pair[0]},{pair[1]}], {group.where}", COMPARISON_HEADER)
     _comparison_rows(table, comps)
     tested = [c for c in comps if c.result is not None]
@@ -256,7 +256,7 @@ def exploratory_table(group: AccuracyGroup, pair: tuple[str, str], comps: list[C
 def run_pairs_table(group: AccuracyGroup, pairs: list[RunPair]) -> Table | None:
     if not pairs:
         return None
-    name = f"runpairs_{'custom_' if group.custom else ''}{slug(group.protocol)}"
+    name = group.file_name("runpairs")
     header = ["task", "variant", "baseline", "seed", "runs", "examples", "diff (pp)", "95% CI", "p"]
     table = Table(name, f"Run pairs, {group.where}: McNemar mid-p on the same test examples, 95% paired "
                         f"{stats.BOOTSTRAP_METHOD} over examples", header)
@@ -294,7 +294,7 @@ def _floor(cell: ExperimentCell, metric: str) -> float:
 
 def across_table(group: AccuracyGroup, metric: str) -> Table:
     """Avg with its stratified t-interval, P(row > softmax) and convergence failures."""
-    name = f"across_{'custom_' if group.custom else ''}{slug(group.protocol)}"
+    name = group.file_name("across")
     tasks = group.tasks
     header = ["attention", source_column(group.custom), "tasks", "Avg [95% CI]", "P(> softmax)", "convergence failures"]
     table = Table(name, f"Across tasks, {group.where}, metric {metric}: {ACROSS_TITLE}", header)

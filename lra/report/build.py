@@ -88,7 +88,7 @@ def _accuracy_section(groups: list[AccuracyGroup], metric: str, pair: tuple[str,
                     f"{task}: test accuracy by real length, {g.where} (95% interval over seeds and examples)", styles)
             series = curves(g, task) if palette is not None else None
             if series:
-                plots[f"plots/curves_{'custom_' if g.custom else ''}{slug(g.protocol)}_{slug(task)}.png"] = curve_plot(
+                plots[f"plots/{g.file_name('curves')}_{slug(task)}.png"] = curve_plot(
                     {row_text(k): v for k, v in series.items()}, styles=styles,
                     title=f"{task}: validation accuracy, {g.where} (band: min-max over seeds)")
     notices = []

@@ -113,9 +113,13 @@ class AccuracyGroup:
     custom: bool
     rows: dict[RowKey, dict[str, ExperimentCell]] = field(default_factory=dict)
 
+    def file_name(self, kind: str) -> str:
+        """The stem of one of this group's files: ``<kind>_[custom_]<protocol>``."""
+        return f"{kind}_{'custom_' if self.custom else ''}{slug(self.protocol)}"
+
     @property
     def name(self) -> str:
-        return f"accuracy_{'custom_' if self.custom else ''}{slug(self.protocol)}"
+        return self.file_name("accuracy")
 
     @property
     def where(self) -> str:

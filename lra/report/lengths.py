@@ -77,7 +77,7 @@ def length_data(group: AccuracyGroup, task: str) -> tuple[Table, list[str], Leng
     labels = bucket_labels(edges, cut)
     counts = [int((bucket == i).sum()) for i in range(len(labels))]
     header = ["attention", source_column(group.custom), "seeds"] + [f"len {lab} ({n} ex)" for lab, n in zip(labels, counts)]
-    name = f"length_{'custom_' if group.custom else ''}{slug(group.protocol)}_{slug(task)}"
+    name = f"{group.file_name('length')}_{slug(task)}"
     table = Table(name, f"Accuracy (%) by real length, {task}, {group.where}: mean over seeds [95% two-level "
                         f"{stats.BOOTSTRAP_METHOD} over seeds and examples]", header,
                   csv_header=header[:3] + [f"{lab}_{k}" for lab in labels for k in ("acc", "low", "high", "examples")])
