@@ -33,7 +33,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from lra.identity import config_hash, flatten, protocol_settings, seed_following, seedless
+from lra.identity import config_hash, protocol_settings, seed_following, seedless
 from lra.report import reference as ref
 from lra.report.protocols import protocol_overrides
 from lra.report.screening import SUPERSEDED, Ledger, Run
