@@ -28,27 +28,18 @@ from typing import Any
 
 from lra.report import reference as ref
 from lra.report import stats
-from lra.report.cells import AccuracyGroup, Cell, RowKey, labels_text, row_text
+from lra.report.cells import AccuracyGroup, ExperimentCell, RowKey, row_text, source_column, source_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, ComparisonRow, RunPair, measured_on, ranking_marks
-from lra.report.tables import MISSING, Table, TableCell, slug
+from lra.report.tables import MISSING, Table, TableCell
 
-OWN = "run"
 T_TITLE = "mean ± sd [95% t-interval over seeds]"
 ACROSS_TITLE = "Avg with its 95% t-interval on the stratified variance (Welch-Satterthwaite degrees of freedom)"
 TASK_FIELDS = ("mean", "std", "n", "low", "high", "seeds", "values", "config", "commits", "n_test", "best_val_steps",
                "test_vs_softmax", "p_vs_softmax", "p_holm_vs_softmax", "significant")
 
 
-def _labels(key: RowKey, custom: bool) -> str:
-    return labels_text(key[1]) if custom else OWN
-
-
-def _second(custom: bool) -> str:
-    return "differs in" if custom else "source"
-
-
 def _row_label(key: RowKey, custom: bool) -> list[TableCell]:
-    return [TableCell(key[0], data={"attention": key[0]}), _plain(_second(custom), _labels(key, custom))]
+    return [TableCell(key[0], data={"attention": key[0]}), _plain(source_column(custom), source_text(key, custom))]
 
 
 def _plain(column: str, text: str, value: Any = None) -> TableCell:
@@ -60,11 +51,11 @@ def fmt_ci(lo: float | None, hi: float | None, digits: int = 2) -> str:
     return f"[{lo:.{digits}f}, {hi:.{digits}f}]" if lo is not None and hi is not None else "[—]"
 
 
-def _steps(cell: Cell) -> list[int | None]:
+def _steps(cell: ExperimentCell) -> list[int | None]:
     return [cell.runs[s].best_val_step() for s in cell.seeds]
 
 
-def cell_text(cell: Cell, metric: str, mark: str = "") -> tuple[str, dict[str, Any]]:
+def cell_text(cell: ExperimentCell, metric: str, mark: str = "") -> tuple[str, dict[str, Any]]:
     """(text, raw figures) of one accuracy cell."""
     values = cell.values(metric)
     mean = statistics.fmean(values)
@@ -90,7 +81,7 @@ def cell_text(cell: Cell, metric: str, mark: str = "") -> tuple[str, dict[str, A
 def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow]) -> tuple[Table, dict[str, tuple[float, list[str]]]]:
     """The table, and each complete own row's (Avg, tasks) (protocol tables feed SMAT and the bubble chart)."""
     tasks = group.tasks
-    second = _second(group.custom)
+    second = source_column(group.custom)
     header = ["attention", second] + tasks + ["Avg"]
     table = Table(group.name, f"Accuracy (%), {group.where}, metric {metric}: {T_TITLE}", header)
     against = {(c.task, c.variant): c for c in family}
@@ -140,13 +131,13 @@ def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow
         f"of freedom (half-width 12.7 sd/√2), flagged (1 dof). {MISSING} = no finished run. The LaTeX and CSV exports hold "
         "these same cells (the CSV unrounded, with each cell's seeds and tests).",
         f"{SIGNIFICANT} = the seed-level test against softmax is significant at {ALPHA:g} after Holm over this table's "
-        f"declared family (table significance_{'custom_' if group.custom else ''}{slug(group.protocol)} lists its members); "
+        f"declared family (table {group.file_name('significance')} lists its members); "
         f"seed-level tests need ≥ {stats.MIN_SEEDS} seeds per side.",
         f"Avg = mean over the {len(tasks)} task column(s) shown, only for rows with all of them"
         + ("" if tasks == list(ref.LRA_TASKS) else " (not the five-task LRA average)")
         + "; its interval, P(> softmax) and convergence failures: the across-task table. No marks on Avg.",
         f"Per-seed values, seed lists, config hash, commits and test-set size of every cell: the CSV and table "
-        f"cells_{'custom_' if group.custom else ''}{slug(group.protocol)}.",
+        f"{group.file_name('cells')}.",
     ]
     if mixed:
         table.notes.append("(k commits): the cell pools runs of one configuration made by k code versions.")
@@ -167,8 +158,8 @@ def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow
 
 def cells_table(group: AccuracyGroup, metric: str) -> Table:
     """Where each cell comes from: its experiment identity, seeds, per-seed values, commits, test set."""
-    name = f"cells_{'custom_' if group.custom else ''}{slug(group.protocol)}"
-    header = ["attention", _second(group.custom), "task", "config", "seeds", f"{metric} x 100 per seed",
+    name = group.file_name("cells")
+    header = ["attention", source_column(group.custom), "task", "config", "seeds", f"{metric} x 100 per seed",
               "commits", "test examples"]
     table = Table(name, f"Cells of the accuracy table, {group.where}: one experiment each", header)
     for key in group.row_keys():
@@ -240,7 +231,7 @@ COMPARISON_HEADER = ["task", "variant", "baseline", "test", "seeds", "variant me
 def significance_table(group: AccuracyGroup, family: list[ComparisonRow]) -> Table | None:
     if not family:
         return None
-    name = f"significance_{'custom_' if group.custom else ''}{slug(group.protocol)}"
+    name = group.file_name("significance")
     table = Table(name, f"Seed-level tests against softmax, {group.where}: the declared family, Holm-corrected", COMPARISON_HEADER)
     _comparison_rows(table, family)
     tested = [c for c in family if c.result is not None]
@@ -252,7 +243,7 @@ def significance_table(group: AccuracyGroup, family: list[ComparisonRow]) -> Tab
 
 
 def exploratory_table(group: AccuracyGroup, pair: tuple[str, str], comps: list[ComparisonRow]) -> Table:
-    name = f"compare_{'custom_' if group.custom else ''}{slug(group.protocol)}"
+    name = group.file_name("compare")
     table = Table(name, f"Exploratory comparison report.compare=[{pair[0]},{pair[1]}], {group.where}", COMPARISON_HEADER)
     _comparison_rows(table, comps)
     tested = [c for c in comps if c.result is not None]
@@ -265,7 +256,7 @@ def exploratory_table(group: AccuracyGroup, pair: tuple[str, str], comps: list[C
 def run_pairs_table(group: AccuracyGroup, pairs: list[RunPair]) -> Table | None:
     if not pairs:
         return None
-    name = f"runpairs_{'custom_' if group.custom else ''}{slug(group.protocol)}"
+    name = group.file_name("runpairs")
     header = ["task", "variant", "baseline", "seed", "runs", "examples", "diff (pp)", "95% CI", "p"]
     table = Table(name, f"Run pairs, {group.where}: McNemar mid-p on the same test examples, 95% paired "
                         f"{stats.BOOTSTRAP_METHOD} over examples", header)
@@ -285,7 +276,7 @@ def run_pairs_table(group: AccuracyGroup, pairs: list[RunPair]) -> Table | None:
     return table
 
 
-def _failures(cell: Cell) -> tuple[int, int]:
+def _failures(cell: ExperimentCell) -> tuple[int, int]:
     """(runs in the chance band, runs with predictions) of a cell, judged on their test accuracy."""
     bad = 0
     runs = cell.with_predictions
@@ -295,7 +286,7 @@ def _failures(cell: Cell) -> tuple[int, int]:
     return bad, len(runs)
 
 
-def _floor(cell: Cell, metric: str) -> float:
+def _floor(cell: ExperimentCell, metric: str) -> float:
     """The cell's spread floor (one example of the set its metric is measured on); 0 where unknown."""
     sizes = {measured_on(r, metric) for r in cell.runs.values()}
     return stats.spread_floor(sizes.pop()) if len(sizes) == 1 and None not in sizes else 0.0
@@ -303,9 +294,9 @@ def _floor(cell: Cell, metric: str) -> float:
 
 def across_table(group: AccuracyGroup, metric: str) -> Table:
     """Avg with its stratified t-interval, P(row > softmax) and convergence failures."""
-    name = f"across_{'custom_' if group.custom else ''}{slug(group.protocol)}"
+    name = group.file_name("across")
     tasks = group.tasks
-    header = ["attention", _second(group.custom), "tasks", "Avg [95% CI]", "P(> softmax)", "convergence failures"]
+    header = ["attention", source_column(group.custom), "tasks", "Avg [95% CI]", "P(> softmax)", "convergence failures"]
     table = Table(name, f"Across tasks, {group.where}, metric {metric}: {ACROSS_TITLE}", header)
     for key in group.row_keys():
         per = group.rows[key]

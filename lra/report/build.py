@@ -37,12 +37,13 @@ from lra.report.accuracy import (across_table, accuracy_table, cells_table, expl
 from lra.report.arguments import check_compare_shape, check_metric, check_report_config
 from lra.report.cells import AccuracyGroup, accuracy_groups, order, row_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, declared_family, exploratory, run_pairs
-from lra.report.efficiency import (MIN_FIT_MB, Point, accuracy_label, accuracy_variants, bench_groups, efficiency_reference_table,
+from lra.report.efficiency import (MIN_FIT_MB, accuracy_label, accuracy_variants, bench_groups, efficiency_reference_table,
                                    efficiency_table, ok_results, power_fits, smat_reference_table, smat_table,
                                    training_points)
 from lra.report.approximation import admit, approximation_section
 from lra.report.lengths import curves, length_data
 from lra.report.screening import KINDS, NOT_FINISHED, NOT_USED, Exclusion, Ledger, screen
+from lra.report.smat import TradeoffPoint
 from lra.report.tables import Table, slug
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ def _accuracy_section(groups: list[AccuracyGroup], metric: str, pair: tuple[str,
                     f"{task}: test accuracy by real length, {g.where} (95% interval over seeds and examples)", styles)
             series = curves(g, task) if palette is not None else None
             if series:
-                plots[f"plots/curves_{'custom_' if g.custom else ''}{slug(g.protocol)}_{slug(task)}.png"] = curve_plot(
+                plots[f"plots/{g.file_name('curves')}_{slug(task)}.png"] = curve_plot(
                     {row_text(k): v for k, v in series.items()}, styles=styles,
                     title=f"{task}: validation accuracy, {g.where} (band: min-max over seeds)")
     notices = []
@@ -115,7 +116,7 @@ def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str
                 min_mb=MIN_FIT_MB, palette=palette)
     if any(g.protocol == "table2" for g in benches):
         tables.append(efficiency_reference_table())
-    points: list[Point] = []
+    points: list[TradeoffPoint] = []
     title, ylabel = "this suite", "accuracy (%)"
     smat_avgs = averages.get(smat_protocol, {})
     smats = [g for g in benches if g.protocol == "smat"]
@@ -136,7 +137,7 @@ def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str
                 points, title = pts, t_title
                 ylabel = accuracy_label(next(iter(avgs.values()))[1], protocol)
                 break
-    refs: list[Point] = [(m, s, mb, a) for m, (s, mb, a, _) in ref.ADAMRA_TABLE3.items()]
+    refs: list[TradeoffPoint] = [(m, s, mb, a) for m, (s, mb, a, _) in ref.ADAMRA_TABLE3.items()]
     if palette is None:
         return tables, plots, (title if points else None)
     colours = {p[0]: palette.style(p[0])["color"] for p in points}

@@ -33,11 +33,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from lra.identity import config_hash, flatten, protocol_settings, seed_following, seedless
+from lra.identity import config_hash, protocol_settings, seed_following, seedless
 from lra.report import reference as ref
 from lra.report.protocols import protocol_overrides
 from lra.report.screening import SUPERSEDED, Ledger, Run
-from lra.report.tables import slug
+from lra.report.tables import OWN, slug
 
 RowKey = tuple[str, tuple[str, ...]]  # (attention, labels: protocol-defining overrides, then "config <hash>: diffs")
 ATTENTION_SECTIONS = ("attention", "attention_name")  # what a variant-vs-baseline comparison may differ in
@@ -67,8 +67,9 @@ def diff_label(base: dict[str, Any], other: dict[str, Any], own_hash: str, test_
 
 
 @dataclass
-class Cell:
-    """One experiment's runs on one task: seed -> run (the newest record per seed)."""
+class ExperimentCell:
+    """One experiment's runs on one task, the report's unit of pooling: seed -> run (the newest record
+    per seed). What a table shows of it is a :class:`lra.report.tables.TableCell`."""
     flat: dict[str, Any]          # the seedless identity, flattened
     runs: dict[int, Run] = field(default_factory=dict)
     test_set: str | None = None   # the label/length fingerprint its runs share (None: no prediction files)
@@ -110,11 +111,15 @@ class AccuracyGroup:
     """One accuracy table: row -> task -> cell."""
     protocol: str
     custom: bool
-    rows: dict[RowKey, dict[str, Cell]] = field(default_factory=dict)
+    rows: dict[RowKey, dict[str, ExperimentCell]] = field(default_factory=dict)
+
+    def file_name(self, kind: str) -> str:
+        """The stem of one of this group's files: ``<kind>_[custom_]<protocol>``."""
+        return f"{kind}_{'custom_' if self.custom else ''}{slug(self.protocol)}"
 
     @property
     def name(self) -> str:
-        return f"accuracy_{'custom_' if self.custom else ''}{slug(self.protocol)}"
+        return self.file_name("accuracy")
 
     @property
     def where(self) -> str:
@@ -135,6 +140,16 @@ def labels_text(labels: tuple[str, ...]) -> str:
     """'task.max_len=128 optim.lr=0.001; config 1a2b3c4d: optim.eps=1e-08': overrides, then config differences."""
     plain = " ".join(x for x in labels if not x.startswith(CONFIG_LABEL))
     return "; ".join(x for x in (plain, *(x for x in labels if x.startswith(CONFIG_LABEL))) if x)
+
+
+def source_column(custom: bool) -> str:
+    """The header of a row's second column: what a custom row differs in, else where the row is from."""
+    return "differs in" if custom else "source"
+
+
+def source_text(key: RowKey, custom: bool) -> str:
+    """A row's second column: its labels in a custom table, else :data:`~lra.report.tables.OWN`."""
+    return labels_text(key[1]) if custom else OWN
 
 
 def row_text(key: RowKey) -> str:
@@ -208,7 +223,7 @@ def accuracy_groups(runs: list[Run], ledger: Ledger) -> list[AccuracyGroup]:
     references = _references(train, flats, hashes)
     groups: dict[tuple[str, bool], AccuracyGroup] = {}
     for (protocol, overrides, attention, task), by_hash in sorted(buckets.items()):
-        cells = {(h, ts): Cell(flats[h], _one_per_seed(rs, ledger), ts)
+        cells = {(h, ts): ExperimentCell(flats[h], _one_per_seed(rs, ledger), ts)
                  for h, hrs in by_hash.items() for ts, rs in _split_by_test_set(hrs).items()}
         ref_settings, ref_set = references.get((protocol, task), (None, None))
         eligible = [k for k, c in cells.items()

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lra.report import stats
-from lra.report.cells import ATTENTION_SECTIONS, AccuracyGroup, Cell, RowKey, differences
+from lra.report.cells import ATTENTION_SECTIONS, AccuracyGroup, ExperimentCell, RowKey, differences
 from lra.report.screening import Run
 
 ALPHA = 0.05
@@ -63,7 +63,7 @@ def measured_on(run: Run, metric: str) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
-def seed_test(a: Cell, b: Cell, metric: str) -> tuple[stats.Comparison | None, str]:
+def seed_test(a: ExperimentCell, b: ExperimentCell, metric: str) -> tuple[stats.Comparison | None, str]:
     """The declared seed-level test of cell ``a`` against cell ``b``, or why none is run."""
     if min(a.n, b.n) < stats.MIN_SEEDS:
         return None, f"needs ≥ {stats.MIN_SEEDS} seeds per side (has {a.n} and {b.n})"
@@ -84,7 +84,7 @@ def seed_test(a: Cell, b: Cell, metric: str) -> tuple[stats.Comparison | None, s
     return stats.welch_t(a.values(metric), b.values(metric), floor), ""
 
 
-def _row(task: str, a: RowKey, b: RowKey, ca: Cell, cb: Cell, metric: str) -> ComparisonRow:
+def _row(task: str, a: RowKey, b: RowKey, ca: ExperimentCell, cb: ExperimentCell, metric: str) -> ComparisonRow:
     means = (float(np.mean(ca.values(metric))), float(np.mean(cb.values(metric))))
     return ComparisonRow(task, a, b, *seed_test(ca, cb, metric), means=means)
 

@@ -37,10 +37,9 @@ from lra.report import reference as ref
 from lra.report import stats
 from lra.report.cells import AccuracyGroup, order
 from lra.report.screening import NOT_USED, SUPERSEDED, Ledger, Run
-from lra.report.smat import smat_scores
-from lra.report.tables import MISSING, Table, TableCell, emphasise, slug
+from lra.report.smat import SmatPoint, TradeoffPoint, smat_scores
+from lra.report.tables import MISSING, OWN, Table, TableCell, emphasise, slug
 
-OWN = "run"
 MIN_FIT_MB = 1.0  # peaks below this are the CPU method's resolution (reused pages), not a size
 MODEL_SIZES = ("n_layers", "d_model", "n_heads", "d_head", "d_ffn", "pool", "dropout")
 PAPER_SMAT = {"length": 4096, "batch": 8, "task": "text", "model": "L2 d64 h2 ffn128"}  # AdaMRA Table 3
@@ -241,17 +240,11 @@ def efficiency_reference_table() -> Table:
 # ---------------------------------------------------------------------------------------------
 # SMAT
 # ---------------------------------------------------------------------------------------------
-Point = tuple[str, float, float | None, float | None]  # name, examples/s, peak MB (None: not shown), accuracy
-
-
 def accuracy_label(tasks: list[str], protocol: str) -> str:
     """What an Avg is: the LRA average only over the five LRA tasks."""
     if list(tasks) == list(ref.LRA_TASKS):
         return f"LRA average accuracy (5 tasks, protocol {protocol})"
     return f"mean accuracy over {', '.join(tasks) or 'no task'} (protocol {protocol}; not the LRA average)"
-
-
-SmatPoint = tuple[str, float | None, float | None, float | None]  # name, examples/s, peak MB, accuracy (None: missing)
 
 
 def smat_rows(points: list[SmatPoint], source: str, round_to: int | None, why: dict[str, str] | None = None
@@ -287,7 +280,7 @@ SMAT_CSV = ["attention", "source", "speed", "s_norm", "peak_mb", "m_norm", "accu
 
 
 def smat_table(g: BenchGroup, averages: dict[str, tuple[float, list[str]]], protocol: str,
-               accuracy_variants: dict[str, set[str]] | None = None) -> tuple[Table, list[Point], str]:
+               accuracy_variants: dict[str, set[str]] | None = None) -> tuple[Table, list[TradeoffPoint], str]:
     """The table at one N, the compared set's points (for the bubble chart) and the accuracy's label.
     ``accuracy_variants``: attention -> the JSON of the variant settings of its accuracy runs (the
     identity check: a bench of other attention settings is another model)."""
@@ -363,12 +356,12 @@ def smat_reference_table() -> Table:
     return table
 
 
-def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[str]]]) -> tuple[list[Point], str | None]:
+def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[str]]]) -> tuple[list[TradeoffPoint], str | None]:
     """Bubble-chart points from the accuracy runs themselves (no smat bench needed): training
     examples/s (mean over the row's runs) with the row's Avg, on one device only. Circle size =
     peak training memory only where it separates variants (CUDA's allocator peak); a CPU figure is
     the whole process's resident peak, about the same for every variant, and is not drawn."""
-    points: list[Point] = []
+    points: list[TradeoffPoint] = []
     devices, methods = set(), set()
     for attn, (avg, _) in sorted(averages.items(), key=lambda kv: order(kv[0])):
         runs = [r.rec for c in group.rows.get((attn, ()), {}).values() for r in c.runs.values()]

@@ -23,7 +23,7 @@ from collections import defaultdict
 import numpy as np
 
 from lra.report import stats
-from lra.report.cells import AccuracyGroup, RowKey, labels_text, row_text
+from lra.report.cells import AccuracyGroup, RowKey, row_text, source_column, source_text
 from lra.report.screening import Run
 from lra.report.tables import MISSING, Table, TableCell, slug
 
@@ -76,8 +76,8 @@ def length_data(group: AccuracyGroup, task: str) -> tuple[Table, list[str], Leng
     cut = int(cut_examples(first.preds, max_len if isinstance(max_len, int) else None).sum())
     labels = bucket_labels(edges, cut)
     counts = [int((bucket == i).sum()) for i in range(len(labels))]
-    header = ["attention", "differs in" if group.custom else "source", "seeds"] + [f"len {lab} ({n} ex)" for lab, n in zip(labels, counts)]
-    name = f"length_{'custom_' if group.custom else ''}{slug(group.protocol)}_{slug(task)}"
+    header = ["attention", source_column(group.custom), "seeds"] + [f"len {lab} ({n} ex)" for lab, n in zip(labels, counts)]
+    name = f"{group.file_name('length')}_{slug(task)}"
     table = Table(name, f"Accuracy (%) by real length, {task}, {group.where}: mean over seeds [95% two-level "
                         f"{stats.BOOTSTRAP_METHOD} over seeds and examples]", header,
                   csv_header=header[:3] + [f"{lab}_{k}" for lab in labels for k in ("acc", "low", "high", "examples")])
@@ -94,7 +94,7 @@ def length_data(group: AccuracyGroup, task: str) -> tuple[Table, list[str], Leng
         correct = np.stack([r.preds["correct"] for r in runs])
         row = [stats.seeds_examples_bootstrap(correct[:, bucket == i]) if counts[i] else None for i in range(len(labels))]
         data[key] = [None if b is None else (100 * b[0], 100 * b[1], 100 * b[2]) for b in row]
-        label = labels_text(key[1]) if group.custom else "run"
+        label = source_text(key, group.custom)
         table.rows.append([TableCell(key[0]), TableCell(label), TableCell(str(len(runs)))]
                           + [TableCell(f"{x[0]:.2f} [{x[1]:.2f}, {x[2]:.2f}]", x[0]) if x else TableCell(MISSING) for x in data[key]])
         table.csv_rows.append([key[0], label, len(runs)] + [v for x, n in zip(data[key], counts)

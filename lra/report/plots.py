@@ -26,7 +26,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator  # noqa: E402
 
-Point = tuple[str, float, float | None, float]  # name, examples/s, peak MB (None: not shown), accuracy
+from lra.report.smat import TradeoffPoint  # noqa: E402
+
 MAX_AREA = 2500.0  # points^2 of the largest circle
 UNIFORM_AREA = 300.0  # circle area where memory is not shown
 LINESTYLES = ("-", "--", ":", "-.")
@@ -57,7 +58,7 @@ def _area(mem: float | None, top: float) -> float:
     return UNIFORM_AREA if mem is None else MAX_AREA * mem / top
 
 
-def _bubbles(ax, points: list[Point], title: str, empty: str, ylabel: str, colours: dict[str, str]) -> None:
+def _bubbles(ax, points: list[TradeoffPoint], title: str, empty: str, ylabel: str, colours: dict[str, str]) -> None:
     ax.set_title(textwrap.fill(title, 62), fontsize=9)
     ax.set_xlabel("speed (examples / s)")
     ax.set_ylabel(textwrap.fill(ylabel, 45))
@@ -84,7 +85,7 @@ def _bubbles(ax, points: list[Point], title: str, empty: str, ylabel: str, colou
 LABEL_HEIGHT = 10.0  # points between label centres
 
 
-def _label_offsets(ax, points: list[Point], top: float) -> list[float]:
+def _label_offsets(ax, points: list[TradeoffPoint], top: float) -> list[float]:
     """Vertical offsets (points) so that labels whose x ranges overlap are >= LABEL_HEIGHT apart."""
     fig = ax.figure
     fig.canvas.draw()  # the limits are final: data -> display coordinates
@@ -112,7 +113,7 @@ def bubble_chart(*args: Any, **kwargs: Any) -> bytes:
     return _png(bubble_figure(*args, **kwargs))
 
 
-def bubble_figure(runs: list[Point], reference: list[Point], runs_title: str, reference_title: str,
+def bubble_figure(runs: list[TradeoffPoint], reference: list[TradeoffPoint], runs_title: str, reference_title: str,
                   runs_ylabel: str, colours: dict[str, str] | None = None):
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), layout="constrained")  # long panel titles clear the suptitle
     _bubbles(axes[0], runs, runs_title, "no variant has both efficiency figures\nand a complete accuracy row",

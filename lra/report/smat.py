@@ -15,6 +15,10 @@ unrounded (:mod:`lra.report.efficiency`).
 """
 from __future__ import annotations
 
+# One model's figures, (name, examples/s, peak MB, accuracy), in two kinds:
+SmatPoint = tuple[str, float | None, float | None, float | None]  # a SMAT table row: None = missing, not scored
+TradeoffPoint = tuple[str, float, float | None, float]  # a bubble-chart circle: has speed and accuracy; MB None = not drawn
+
 
 def minmax(values: list[float]) -> list[float]:
     lo, hi = min(values), max(values)

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MISSING = "—"
+OWN = "run"  # the source column of this suite's own rows (published rows name their paper)
 
 
 @dataclass
 class TableCell:
-    """One displayed cell (not an accuracy cell of pooled runs: that is lra.report.cells.Cell)."""
+    """One displayed cell (not an accuracy cell of pooled runs: that is lra.report.cells.ExperimentCell)."""
     text: str
     value: float | None = None   # what ranking compares
     emph: int = 0                # 1 bold, 2 underlined

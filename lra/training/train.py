@@ -8,6 +8,7 @@ import os
 import socket
 import sys
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -102,10 +103,20 @@ def _metric(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
-def _plan(cfg: DictConfig) -> tuple[RunRecord | dict, str | None]:
+@dataclass(frozen=True)
+class AlreadyFinished:
+    """This configuration already finished (resume=auto): the run is skipped, no record is added."""
+    data: dict[str, Any]  # the finished record's data
+
+    def result(self) -> dict[str, Any]:
+        """What ``run`` returns for it: the finished run's metrics, and ``skipped``: its run id."""
+        return {**self.data.get("metrics", {}), "skipped": self.data["run_id"]}
+
+
+def _plan(cfg: DictConfig) -> tuple[RunRecord | AlreadyFinished, str | None]:
     """Decide between a new run, resuming an unfinished one, or skipping a finished one.
 
-    Returns ``(record, resume_from)``; ``record`` is the finished record's data (a dict) when this
+    Returns ``(record, resume_from)``; ``record`` is :class:`AlreadyFinished` when this
     configuration already finished.
     """
     mode = cfg.get("resume", "auto")  # one of lra.checks.config.RESUME_MODES: run.py checked it
@@ -134,7 +145,7 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | dict, str | None]:
     if finished is not None:
         log.warning("this configuration already finished (record %s.json); pass resume=false to run it again",
                     finished["run_id"])
-        return finished, None
+        return AlreadyFinished(finished), None
     return new_record(cfg, cfg.mode, run_key=key), None
 
 
@@ -250,8 +261,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 def _run_locked(cfg: DictConfig, threads: int | None) -> dict[str, Any]:
     record, resume_from = _plan(cfg)
-    if isinstance(record, dict):  # already finished: report its result, add no record
-        return {**record.get("metrics", {}), "skipped": record["run_id"]}
+    if isinstance(record, AlreadyFinished):  # report its result, add no record
+        return record.result()
     # pid/host: a later identical command tells a live run (leave it) from a killed one (resume it)
     record.update(efficiency={"threads": threads}, pid=os.getpid(), host=socket.gethostname(), boot=boot_id()).write()
     os.environ[ENV_RUN_ID] = record.data["run_id"]

@@ -210,6 +210,20 @@ def test_6_only_one_experiment_pools_into_a_cell(tmp_path):
     assert key[1][0].startswith("config ") and key[1][0].endswith(": optim.lr=0.01")
 
 
+def test_6_an_override_row_tests_only_variants_one_experiment_apart(tmp_path):
+    """A row of protocol-defining overrides takes each variant's runs as they come (no protocol
+    reference to match), so the seed-level test itself must see that linear's YAML edited its lr."""
+    res = Results(tmp_path)
+    for attention, ks, changes in (("softmax", [80, 90, 100], {}), ("linear", [85, 95, 105], {"optim__lr": 0.01})):
+        for seed, k in enumerate(ks):
+            res.train(attention, seed, k, changes={"task__max_len": 128, **changes},
+                      overrides=["experiment=quick", f"attention={attention}", f"seed={seed}", "task.max_len=128"])
+    _, _, groups = tables(res)
+    row = family(groups["quick", True])["linear"]
+    assert row.baseline == ("softmax", ("task.max_len=128",)) and row.result is None
+    assert row.reason == "not one experiment apart from the attention (differ in optim.lr=0.01)"
+
+
 def test_6_bench_groups_keep_models_apart(tmp_path):
     res = Results(tmp_path)
     for model, ms in (("tiny", 10.0), ("xiong", 40.0)):
