@@ -40,7 +40,7 @@ Choices the paper leaves open, written down:
   same partial never shares weights with the first, and nothing lives at module level.
   ``tie: null`` gives every layer its own ``W_phi``.
 * **Linformer init**: Xavier normal on ``[n, max_len]`` (Linformer's projection initialisation).
-* **Graph-safe slot draws** (:mod:`attention.host_reads`): ``random`` takes ``i_t =
+* **Graph-safe slot draws** (:mod:`attention.graph_safe`): ``random`` takes ``i_t =
   floor(n u_t)`` of the mixer's counter-based uniforms (:meth:`Mixer.rand`) instead of the
   generator's ``randint``: the same distribution (up to float32 rounding of ``n u``), other values,
   the same table shape and position-major order (so eval is batch- and padding-independent as
@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import graph_safe_active
+from attention.graph_safe import graph_safe_active
 from attention.masking import key_bias, zero_padded
 
 CONTROLS = ("mlp", "random", "linformer", "segment")

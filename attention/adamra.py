@@ -75,7 +75,7 @@ Computation (every step exact: tests compare it with the plain formulas in float
   the device with ``scatter_add``, since ``bincount`` would add two syncs of its own).
 * The router's straight-through factor multiplies the per-query ``1 / normaliser``, not the output.
 
-Graph-safe mode (:mod:`attention.host_reads`: ``torch.compile``, no host read) cannot have the
+Graph-safe mode (:mod:`attention.graph_safe`: ``torch.compile``, no host read) cannot have the
 dispatch's ragged group sizes, so it uses their static bound: **every head's capacity is all
 ``B * N`` queries**. Each query is projected into every head and reads every head's memory of its
 row (``[B, S, N, Dh (+1)]`` per head, no permutation), and ``torch.where`` on ``choice == h`` (and
@@ -83,7 +83,7 @@ the mask: padded queries join no head and output zero) keeps the routed head's r
 straight-through scale and the normaliser then act as above. The values (and gradients: a
 non-routed read gets zero gradient) are the dispatched ones up to float rounding; the cost is
 ``H`` times the query projections and kernel reads (``O(H n d^2)``). Padding is
-:func:`attention.host_reads.has_padding` (the host's statement, else "padded"). The random router
+:func:`attention.graph_safe.has_padding` (the host's statement, else "padded"). The random router
 draws ``floor(H u)`` of the counter-based uniforms (:meth:`Mixer.rand`) instead of the generator's
 ``randint``: same distribution, table shape and position-major order, other values.
 
@@ -101,7 +101,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import graph_safe_active, has_padding
+from attention.graph_safe import graph_safe_active, has_padding
 from attention.masking import key_bias, pad_to_multiple
 
 FEATURE_MAPS = ("relu", "elu", "softmax")

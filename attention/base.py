@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from attention import counter_random
-from attention.host_reads import GraphSafeError, graph_safe_active
+from attention.graph_safe import GraphSafeError, graph_safe_active
 
 
 def require_positive(*, hint: str = "", **settings: float) -> None:

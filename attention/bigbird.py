@@ -28,9 +28,9 @@ Choices the paper leaves open (and the fixes of known port defects), written dow
   whatever padding the batch adds (the plan of the padded length would make a padding block
   global and move the random blocks). Samples are processed in groups of equal ``nb`` (one pass
   when the batch has no padding). Host syncs: none for a batch without padding (decided once per
-  batch, :func:`attention.host_reads.has_padding`); for a padded batch one ``.tolist()`` of the
+  batch, :func:`attention.graph_safe.has_padding`); for a padded batch one ``.tolist()`` of the
   ``B`` plan lengths, which the ragged plans need, read once per batch and shared by the layers
-  (:func:`attention.host_reads.per_batch`; the groups are slices of one sort). No tensor is built
+  (:func:`attention.graph_safe.per_batch`; the groups are slices of one sort). No tensor is built
   from host data (the global slots come from ``arange``). Graph-safe mode (``torch.compile``)
   reads nothing: each sample's plan is built on the device from its own ``nb`` (a tensor), as one
   table ``[B, H, nb_max - 1, 2 + window + r]`` over every query block after the first, with the
@@ -53,7 +53,7 @@ from torch import Tensor
 
 from attention.base import Mixer
 from attention.blocks import block_sparse_attention, dense_rows, from_blocks, mask_blocks, slot_allow, to_blocks
-from attention.host_reads import graph_safe_active, has_padding, per_batch
+from attention.graph_safe import graph_safe_active, has_padding, per_batch
 from attention.masking import zero_padded
 
 

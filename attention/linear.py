@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, autocast_as, autocast_state, require_positive
-from attention.host_reads import graph_safe_active
+from attention.graph_safe import graph_safe_active
 
 
 def elu_feature_map(x: Tensor, keep: Tensor | None = None, out: Tensor | None = None) -> Tensor:

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import graph_safe_active
+from attention.graph_safe import graph_safe_active
 from attention.masking import neg_fill, zero_padded
 
 

@@ -44,7 +44,7 @@ import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import graph_safe_active, has_padding
+from attention.graph_safe import graph_safe_active, has_padding
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 
 

@@ -5,7 +5,7 @@ from typing import Iterator
 
 import pytest
 
-from attention.host_reads import graph_safe
+from attention.graph_safe import graph_safe
 from tests.attention.settings_grid import TIMES, every_config, grid
 
 

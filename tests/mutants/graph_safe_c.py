@@ -28,7 +28,7 @@ MUTANTS = [
            "        self.draws = self.draws + 0\n",
            "graph-safe training draws never advance: the same planes, features and noise every step",
            CLUSTERED + ("tests/attention/test_graph_safe.py::test_counter_draws_advance_in_training_and_repeat_in_eval",)),
-    Mutant("graph-safe-has-padding-reads-unpadded", "attention/host_reads.py",
+    Mutant("graph-safe-has-padding-reads-unpadded", "attention/graph_safe.py",
            "                return batch.facts.get(\"padded\", True)\n        return True",
            "                return batch.facts.get(\"padded\", False)\n        return False",
            "graph-safe mode answers 'no padding' when nobody stated it: padded keys get weight",

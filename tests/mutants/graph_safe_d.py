@@ -73,14 +73,14 @@ MUTANTS = [
            "            logits = logits + torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6)))",
            "Gumbel noise with the wrong sign: log(-log u) is the mirrored Gumbel (a long left tail)",
            SINKHORN),
-    Mutant("graph-safe-d-has-padding-unstated-reads-unpadded", "attention/host_reads.py",
+    Mutant("graph-safe-d-has-padding-unstated-reads-unpadded", "attention/graph_safe.py",
            "                return batch.facts.get(\"padded\", True)",
            "                return batch.facts.get(\"padded\", False)",
            "a graph-safe has_padding answers 'not padded' for a batch mask the host did not state "
            "(network(ids, mask), as the bench calls it): padded keys get weight behind the CLS "
            "prepend, in both documents of a retrieval batch, in every variant with an unpadded "
            "fast path", UNSTATED),
-    Mutant("graph-safe-d-nested-off-switches-off", "attention/host_reads.py",
+    Mutant("graph-safe-d-nested-off-switches-off", "attention/graph_safe.py",
            "    _STATE.graph_safe = on or before",
            "    _STATE.graph_safe = on",
            "the network's graph_safe(False) switches off the enclosing graph-safe block of its caller: "
