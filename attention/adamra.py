@@ -229,12 +229,7 @@ class AdaMRAAttention(Mixer):
         to ``N``, so a longer padding only appends draws and never changes a real token's."""
         b, n = mask.shape
         rows = b if self.training else 1
-        shape = (max(n, self.max_len), rows)
-        if graph_safe_active():   # floor(H u): a generator breaks the graph
-            u = self.rand(shape, mask.device)
-            table = (u * self.n_routed).long().clamp_max(self.n_routed - 1)
-        else:
-            table = torch.randint(0, self.n_routed, shape, generator=self.generator(mask.device), device=mask.device)
+        table = self.randint(self.n_routed, (max(n, self.max_len), rows), mask.device)
         return table[:n].T.expand(b, n)
 
     def _phi(self, t: Tensor) -> Tensor:
