@@ -113,19 +113,11 @@ class BigBirdAttention(Mixer):
         return idx, val >= 0
 
     def _table(self, nb: int) -> tuple[Tensor, Tensor]:
-        """Key blocks of the middle query blocks 1..nb-2: global (first, last), window, random."""
-        dev = self.rand_priority.device
-        a = torch.arange(1, nb - 1, device=dev)[:, None]
-        w = self.window_blocks // 2
-        win = a + torch.arange(-w, w + 1, device=dev)[None, :]
-        win_valid = (win > 0) & (win < nb - 1)                           # global blocks come via their slot
-        glob = (torch.arange(2, device=dev) * (nb - 1)).expand(nb - 2, 2)   # [0, nb - 1], no host copy
-        ridx, rvalid = self.random_blocks(nb)
-        h = ridx.shape[0]
-        idx = torch.cat([glob.expand(h, -1, -1), win.clamp(0, nb - 1).expand(h, -1, -1), ridx[:, 1:nb - 1]], -1)
-        valid = torch.cat([torch.ones_like(glob, dtype=torch.bool).expand(h, -1, -1),
-                           win_valid.expand(h, -1, -1), rvalid[:, 1:nb - 1]], -1)
-        return idx, valid
+        """Key blocks of the middle query blocks 1..nb-2 of the one plan of ``nb`` blocks (``[H,
+        nb - 2, 2 + window + r]``): :meth:`_tables` for one sample whose last block is ``nb - 1``,
+        without the row of that (global) block."""
+        idx, valid = self._tables(nb, torch.full((), nb - 1, device=self.rand_priority.device))
+        return idx[:, :-1], valid[:, :-1]
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         n, bs = q.shape[2], self.block_size
@@ -200,18 +192,19 @@ class BigBirdAttention(Mixer):
         return zero_padded(from_blocks(out, n), mask, padded=True)
 
     def _tables(self, nb: int, last: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-sample key blocks of query blocks ``1..nb-1``: global (first, the sample's last),
-        window, random (``[B, H, nb - 1, 2 + window + r]`` and their validity)."""
-        dev, b, h = last.device, last.shape[0], self.rand_priority.shape[0]
+        """Key blocks of query blocks ``1..nb-1`` among ``nb`` blocks whose last real one is ``last``
+        (0-dim: one plan; ``[B]``: one per sample): global (first, ``last``), window, random
+        (``[(B,) H, nb - 1, 2 + window + r]`` and their validity)."""
+        dev, h = last.device, self.rand_priority.shape[0]
         w = self.window_blocks // 2
         a = torch.arange(1, nb, device=dev)[:, None]                                      # query blocks
-        lst = last[:, None, None]                                                        # [B, 1, 1]
+        lst = last[..., None, None]                                                      # [(B,) 1, 1]
         win = a + torch.arange(-w, w + 1, device=dev)[None, :]                           # [nb-1, W]
-        win_valid = (win > 0) & (win < lst)                                              # [B, nb-1, W]
-        glob = torch.stack(torch.broadcast_tensors(torch.zeros_like(lst), lst), -1).expand(b, nb - 1, 1, 2)
-        ridx, rvalid = self._random_candidates(1, nb, last)                              # [B, H, nb-1, r]
-        idx = torch.cat([glob.reshape(b, 1, nb - 1, 2).expand(b, h, -1, -1),
-                         win.clamp(0, nb - 1).expand(b, h, -1, -1), ridx], -1)
-        valid = torch.cat([torch.ones(b, h, nb - 1, 2, dtype=torch.bool, device=dev),
-                           win_valid[:, None].expand(b, h, -1, -1), rvalid], -1)
+        win_valid = (win > 0) & (win < lst)                                              # [(B,) nb-1, W]
+        glob = torch.stack(torch.broadcast_tensors(torch.zeros_like(lst), lst), -1)      # [(B,) 1, 1, 2]
+        ridx, rvalid = self._random_candidates(1, nb, last)                              # [(B,) H, nb-1, r]
+        rows = (*last.shape, h, nb - 1)
+        idx = torch.cat([glob.expand(*rows, 2), win.clamp(0, nb - 1).expand(*rows, -1), ridx], -1)
+        valid = torch.cat([torch.ones(*rows, 2, dtype=torch.bool, device=dev),
+                           win_valid.unsqueeze(-3).expand(*rows, -1), rvalid], -1)
         return idx, valid

@@ -1,7 +1,8 @@
 """Bugs in the graph-safe branches of BigBird and clustered attention, and in the graph-safe switch
 and draws every variant shares (issue 25). Most BigBird ones live in code only graph-safe runs take,
 so only the ``graph_safe`` runs of the reference tests (the ``attention_mode`` fixture) can kill
-them; the random candidates are shared with the eager plan, so both modes see that one."""
+them; the random candidates and (since issue 35) the key-block tables are shared with the eager
+plan, so both modes see those."""
 from tests.mutants import Mutant
 
 BIGBIRD = ("tests/attention/test_reference_baselines.py::test_bigbird_equals_reference",
