@@ -31,17 +31,22 @@ and the rules that keep host reads rare:
   the accelerator's branches on CPU with :func:`accelerator_branches`, which makes it answer False,
   so the code an accelerator runs is the code the tests run, on the same values.
 
-**Why the padding fact is stated beside the mask, not carried by it.** fast-transformers passes
-mask objects (``LengthMask``) that carry their lengths. Here the mixer contract takes a plain bool
-``[B, N]`` tensor (25 variants, the shell, the contract and reference tests, the bench's peers),
-and the fact stays a thread-local statement looked up by mask identity, because: a plain-tensor
-contract is what every variant and test already speaks, while a mask type would change all of them
-for a fact that a few call sites read; a ``Tensor`` subclass carrying the fact is lost by every op
-that derives a new mask (padding to a block multiple, slicing a group, prepending a CLS column)
-and has to be made traceable for ``torch.compile``; and a derived mask that misses the statement
-falls back to a correct answer either way (one read in eager mode, "padded" in graph-safe mode),
-so identity lookup loses nothing a carried fact would keep. The per-batch facts cache
-(:func:`per_batch`, BigBird's plan lengths) needs a per-batch scope anyway, which the block gives.
+**Why the padding fact is stated beside the mask, not carried by it** (issue 35 weighed both).
+fast-transformers passes mask objects (``LengthMask``) that carry their lengths. Here the mixer
+contract takes a plain bool ``[B, N]`` tensor (every variant under ``conf/attention/``, the shell,
+the contract and reference tests, the bench's peers), and the fact stays a statement per batch,
+looked up by mask identity, because:
+
+* a mask type would change every variant, test and peer for a fact that a few call sites read;
+  a ``Tensor`` subclass instead would have to be made traceable for ``torch.compile``, and every
+  op that derives a mask (padding to a block multiple, a group's rows, a segment, the CLS column)
+  drops its attribute, just as a derived mask misses a statement made for another object;
+* where a derived mask keeps the fact, the code that derives it says so in one line either way
+  (Memformer restates it per segment with :func:`batch_padding`; a mask object would be re-wrapped);
+  where nobody says, the answer is still correct: one read in eager mode, "padded" in graph-safe
+  mode (``tests/attention/test_graph_safe_unstated_masks.py``);
+* other facts read once per batch (:func:`per_batch`: BigBird's plan lengths) need a per-batch
+  scope that every layer reaches, which the block is.
 
 ``tests/host_syncs.py`` counts the host syncs of a training step per variant on the accelerator's
 branches; ``tests/attention/test_host_syncs.py`` pins the counts.
