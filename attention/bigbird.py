@@ -194,7 +194,9 @@ class BigBirdAttention(Mixer):
     def _tables(self, nb: int, last: Tensor) -> tuple[Tensor, Tensor]:
         """Key blocks of query blocks ``1..nb-1`` among ``nb`` blocks whose last real one is ``last``
         (0-dim: one plan; ``[B]``: one per sample): global (first, ``last``), window, random
-        (``[(B,) H, nb - 1, 2 + window + r]`` and their validity)."""
+        (``[(B,) H, nb - 1, 2 + window + r]`` and their validity). A window slot on a global block is
+        invalid (that block comes via its global slot). Graph-safe mode takes every sample's table;
+        the eager plan of one length (:meth:`_table`) is the one-sample case."""
         dev, h = last.device, self.rand_priority.shape[0]
         w = self.window_blocks // 2
         a = torch.arange(1, nb, device=dev)[:, None]                                      # query blocks
