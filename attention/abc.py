@@ -40,11 +40,11 @@ Choices the paper leaves open, written down:
   same partial never shares weights with the first, and nothing lives at module level.
   ``tie: null`` gives every layer its own ``W_phi``.
 * **Linformer init**: Xavier normal on ``[n, max_len]`` (Linformer's projection initialisation).
-* **Graph-safe slot draws** (:mod:`attention.host_reads`): ``random`` takes ``i_t =
-  floor(n u_t)`` of the mixer's counter-based uniforms (:meth:`Mixer.rand`) instead of the
-  generator's ``randint``: the same distribution (up to float32 rounding of ``n u``), other values,
-  the same table shape and position-major order (so eval is batch- and padding-independent as
-  well). Every other step has static shapes and reads nothing on the host in either mode.
+* **Graph-safe slot draws** (:mod:`attention.graph_safe`): ``random`` draws its slots with
+  :meth:`Mixer.randint`, which graph-safe takes as ``floor(n u_t)`` of counter-based uniforms: the
+  same distribution, other values, the same table shape and position-major order (so eval is
+  batch- and padding-independent as well). Every other step has static shapes and reads nothing on
+  the host in either mode.
 """
 from __future__ import annotations
 
@@ -56,7 +56,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import graph_safe_active
 from attention.masking import key_bias, zero_padded
 
 CONTROLS = ("mlp", "random", "linformer", "segment")
@@ -136,12 +135,7 @@ class ABCAttention(Mixer):
         (head, position), the same for every row. Draws are position-major over ``max(N, max_len)``
         positions and cut to ``N``, so a longer padding only appends draws."""
         rows = b if self.training else 1
-        shape = (max(n, self.max_len), rows, self.n_heads)
-        if graph_safe_active():   # floor(n u): a generator breaks the graph
-            u = self.rand(shape, device)
-            table = (u * self.memory_size).long().clamp_max(self.memory_size - 1)
-        else:
-            table = torch.randint(0, self.memory_size, shape, generator=self.generator(device), device=device)
+        table = self.randint(self.memory_size, (max(n, self.max_len), rows, self.n_heads), device)
         return table[:n].permute(1, 2, 0).expand(b, self.n_heads, n)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:

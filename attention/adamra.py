@@ -19,76 +19,38 @@ Choices the paper leaves open, written down:
   uses that head's resolution; a query is routed per token, so all its subheads go to one head.
 * **Per-head projections (eq. 9).** ``W^{Q,K,V}_{h,s}`` project the shell's Q, K, V (eq. 1) into
   head ``h``'s subspaces: one ``d x d`` map per head and role (``head_proj=True``), split into the
-  ``S`` subheads. They are initialised to the identity, so at initialisation every head sees the
-  shell's projections (a product of two random projections adds nothing but noise) and the heads
-  then diverge through their different resolutions and routed queries. Keys/values are
-  compressed *before* the projection (segment means and linear maps commute, so this is exact and
-  costs ``m_h d^2`` instead of ``n d^2``). ``head_proj=False`` shares the shell's projections.
+  ``S`` subheads, initialised to the identity (a product of two random projections adds nothing
+  but noise; the heads diverge through their resolutions and routed queries). Keys and values are
+  compressed *before* the projection (exact: segment means and linear maps commute).
+  ``head_proj=False`` shares the shell's projections.
 * **Segments.** Head ``h`` averages consecutive windows of ``s_h = round(1 / c_h)`` positions
   (the paper pads ``n`` to a multiple of ``m``; here the last window is ragged instead). Padded
   tokens are excluded from the means and a window with no real token is no landmark at all, so a
   sequence gives the same output whatever the batch padding. ``c_h = 1`` is uncompressed.
 * **Router input.** ``F(Q) = Q W`` on the full (all subheads) query of the shell, ``W`` in
   ``R^{d x H}`` without bias, as eq. 6 writes it.
-* **Router gradient.** Argmax routing has no gradient, and the paper does not say how ``W``
-  learns (it only cites Shazeer et al. 2017 for the router). We use a straight-through scale: the
-  routed head's output is multiplied by ``P_{i,h*} / stopgrad(P_{i,h*})``, which is exactly 1 in the
-  forward pass (outputs are eq. 7 unchanged, so the oracle tests hold exactly). The backward pass
-  gives the router ``(G_i . out_i) * grad log P_{i,h*}`` (``G_i`` the output gradient): the
-  Switch/MoE gate gradient of ``P_{i,h*} * out_i``, ``(G_i . out_i) * grad P_{i,h*}``, divided by
-  ``P_{i,h*}`` (a factor between 1 and ``H``, since the routed head has the largest probability).
-  ``dL/dW`` pushes up the probability of the chosen head when scaling its output up would lower the
-  loss and down when it would raise it. We keep this (code unchanged, text corrected): the paper
-  gives no formula to follow, and scaling the forward output by ``P`` as Switch does would shrink
-  every output by up to ``1/H`` and break the equivalence with eq. 7.
+* **Router gradient.** Argmax routing has no gradient, and the paper does not say how ``W`` learns
+  (it only cites Shazeer et al. 2017). We use a straight-through scale ``P_{i,h*} /
+  stopgrad(P_{i,h*})``, exactly 1 in the forward pass (outputs are eq. 7 unchanged), whose
+  gradient is the Switch/MoE gate gradient divided by ``P_{i,h*}`` (:meth:`AdaMRAAttention._normalise`).
 * **Feature map** (Table 5): ``relu`` (default, the paper's), ``elu`` (``elu(x) + 1``) or
   ``softmax`` (exact softmax attention over the compressed keys, scaled by ``1/sqrt(d_k)``; this
   ablation is not linear-time). Kernel attention uses no ``1/sqrt(d)`` scale (it cancels for
-  ReLU). A ReLU query whose features miss every landmark's (``phi(q).phi(k~_j) = 0`` for all
-  ``j``) has a zero normaliser: it gets a zero output (the denominator is clamped at ``eps``)
-  instead of NaN. In float16 (``trainer.precision=16-mixed`` or a half model) the ReLU read and
-  its normalisation run in float32: ``1 / eps`` exceeds float16's range, so the gradient that the
-  clamp sends to such a query's numerator would be infinite (and NaN once multiplied by its zero
-  features).
-* **Random router** (Table 5, "Rand"): ``router="random"`` draws each query's head uniformly from
-  the mixer's generator; no router parameters exist. Training draws afresh per token every step.
-  Eval draws one head per *position* (one table of ``max(N, max_len)`` draws from the eval seed,
-  shared by the rows), so a sequence's eval output does not depend on what else is in the batch
-  or how far the batch is padded.
+  ReLU). A ReLU query whose features miss every landmark's has a zero normaliser: it gets a zero
+  output (the denominator is clamped at ``eps``) instead of NaN, computed in float32 under
+  float16 (:meth:`AdaMRAAttention._wide`).
+* **Random router** (Table 5, "Rand"): ``router="random"`` draws each query's head uniformly
+  (:meth:`AdaMRAAttention.random_heads`); no router parameters exist. Training draws afresh per
+  token every step; eval draws one head per *position*, shared by the rows, so a sequence's eval
+  output depends neither on the rest of the batch nor on how far it is padded.
 
-Computation (every step exact: tests compare it with the plain formulas in float64):
-
-* **Fused projections.** AdaMRA only uses linear images of the shell's ``Q, K, V``, so through the
-  shell it runs :meth:`AdaMRAAttention.forward_input`: the shell's ``W^{Q,K,V}`` are composed with
-  eq. 9's ``W_h`` and applied where they are cheapest. ``X`` is compressed once (segment means
-  commute with affine maps), keys cost ``m_h d^2``, each query is projected once, in its routed
-  head, and the router reads ``X (W^Q W)``: the shell's three ``n d^2`` projections are never
-  computed. :meth:`AdaMRAAttention.forward` on given ``q, k, v`` is the reference.
-* **Values after the sum.** Eq. 7's memory ``sum_j phi(k~_j) (m_j W^V + b)^T`` is computed as
-  ``(sum_j phi(k~_j) m_j^T) W^V + (sum_j phi(k~_j)) b^T``, never building the values.
-* **Dispatch.** One stable sort groups the real queries by (head, batch row); padded queries join
-  no head and output zero. One permutation puts the rows in that order, each group reads its row's
-  memory ``[phi(K~)^T V~ | phi(K~)^T 1]`` (numerator and normaliser) with one product (a loop over
-  the ``H * B`` groups, never over tokens), one inverse permutation restores sequence order; the
-  permutations are gathers in both directions. The group sizes come to the host: one ``.tolist()``
-  per call, the variant's only host sync (the per-head shapes are ragged; the sizes are counted on
-  the device with ``scatter_add``, since ``bincount`` would add two syncs of its own).
-* The router's straight-through factor multiplies the per-query ``1 / normaliser``, not the output.
-
-Graph-safe mode (:mod:`attention.host_reads`: ``torch.compile``, no host read) cannot have the
-dispatch's ragged group sizes, so it uses their static bound: **every head's capacity is all
-``B * N`` queries**. Each query is projected into every head and reads every head's memory of its
-row (``[B, S, N, Dh (+1)]`` per head, no permutation), and ``torch.where`` on ``choice == h`` (and
-the mask: padded queries join no head and output zero) keeps the routed head's read; the
-straight-through scale and the normaliser then act as above. The values (and gradients: a
-non-routed read gets zero gradient) are the dispatched ones up to float rounding; the cost is
-``H`` times the query projections and kernel reads (``O(H n d^2)``). Padding is
-:func:`attention.host_reads.has_padding` (the host's statement, else "padded"). The random router
-draws ``floor(H u)`` of the counter-based uniforms (:meth:`Mixer.rand`) instead of the generator's
-``randint``: same distribution, table shape and position-major order, other values.
-
-Cost: ``O(n d^2)`` for the query projections (each query once), ``O(n d_k^2)`` for the kernel part,
-``O(m_h d^2)`` per head for the compressed keys and values, ``O(n d)`` for the compression.
+Computation: every step is exact (tests compare it with the plain formulas in float64). Through
+the shell AdaMRA runs :meth:`AdaMRAAttention.forward_input` (the shell's projections composed with
+eq. 9's and applied where cheapest); :meth:`AdaMRAAttention.forward` on given ``q, k, v`` is the
+reference. Queries are dispatched to their heads by :meth:`AdaMRAAttention._attend` (ragged groups,
+one host sync) or, graph-safe, :meth:`AdaMRAAttention._attend_dense` (static shapes, every head
+read). Cost: ``O(n d^2)`` for the query projections (each query once), ``O(n d_k^2)`` for the kernel
+part, ``O(m_h d^2)`` per head for the compressed keys and values, ``O(n d)`` for the compression.
 """
 from __future__ import annotations
 
@@ -101,7 +63,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import graph_safe_active, has_padding
+from attention.graph_safe import graph_safe_active, has_padding
 from attention.masking import key_bias, pad_to_multiple
 
 FEATURE_MAPS = ("relu", "elu", "softmax")
@@ -161,6 +123,14 @@ class Memory(NamedTuple):
         if self.value_bias is not None:
             kv = kv + z * self.value_bias.view(s, 1, dh)
         return torch.cat([kv, z], dim=-1)
+
+
+def _affine(t: Tensor, w: Tensor | None, bias: Tensor | None) -> Tensor:
+    """``t w + bias`` of rows ``t [M, d_in]`` (a query map of :meth:`AdaMRAAttention._head_map`);
+    ``w = None`` is the identity."""
+    if w is None:
+        return t
+    return t @ w if bias is None else torch.addmm(bias, t, w)
 
 
 def _float32_matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -223,18 +193,15 @@ class AdaMRAAttention(Mixer):
             self.register_parameter("head_weight", None)
 
     def random_heads(self, mask: Tensor) -> Tensor:
-        """The random router's head per query ``[B, N]``: fresh per token in training; in eval one
-        draw per position, the same for every row, so a sequence's eval output does not depend on
-        the rest of the batch. Draws are position-major over ``max(N, max_len)`` positions and cut
-        to ``N``, so a longer padding only appends draws and never changes a real token's."""
+        """The random router's head per query ``[B, N]`` (:meth:`Mixer.randint`; graph-safe:
+        ``floor(H u)`` of counter-based uniforms): fresh per token in training; in eval one draw per
+        position (one table of ``max(N, max_len)`` draws from the eval seed), the same for every
+        row, so a sequence's eval output does not depend on the rest of the batch. Draws are
+        position-major over ``max(N, max_len)`` positions and cut to ``N``, so a longer padding only
+        appends draws and never changes a real token's."""
         b, n = mask.shape
         rows = b if self.training else 1
-        shape = (max(n, self.max_len), rows)
-        if graph_safe_active():   # floor(H u): a generator breaks the graph
-            u = self.rand(shape, mask.device)
-            table = (u * self.n_routed).long().clamp_max(self.n_routed - 1)
-        else:
-            table = torch.randint(0, self.n_routed, shape, generator=self.generator(mask.device), device=mask.device)
+        table = self.randint(self.n_routed, (max(n, self.max_len), rows), mask.device)
         return table[:n].T.expand(b, n)
 
     def _phi(self, t: Tensor) -> Tensor:
@@ -245,8 +212,11 @@ class AdaMRAAttention(Mixer):
         no head. ``logits``: ``F(Q) = QW`` transposed, ``[H, B * N]``, or None for the random router.
 
         ``order`` lists flat query indices by group (stable, so positions stay ascending); the group
-        sizes come to the host (``H * B + 1`` ints: the one sync per call, needed because the
-        per-head shapes are ragged)."""
+        sizes come to the host (``H * B + 1`` ints: one ``.tolist()`` per call, the variant's only
+        host sync, needed because the per-head shapes are ragged). They are counted on the device
+        with ``scatter_add``: ``bincount`` would add two syncs of its own. Graph-safe mode groups
+        nothing (:meth:`_attend_dense`); padding is then :func:`attention.graph_safe.has_padding`
+        (the host's statement, else "padded")."""
         b, n = mask.shape
         if logits is None:
             choice, p_sel = self.random_heads(mask), None
@@ -335,10 +305,15 @@ class AdaMRAAttention(Mixer):
         None = identity) maps to head ``h``'s queries; ``mems[h]`` is head ``h``'s compressed memory.
         Returns ``[B, S, N, Dh]``.
 
-        The rows are permuted once into (head, batch row) groups; each group is one contiguous
-        slice that reads its row's memory with one batched (over subheads) product, with no padding
-        and no scatter; one inverse permutation restores sequence order. The loop runs over the
-        ``H * B`` groups (never over tokens)."""
+        One stable sort (:meth:`_route`) groups the real queries by (head, batch row); padded
+        queries join no head and output zero. The rows are permuted once into those groups; each
+        group is one contiguous slice, projected by its head's ``q_maps[h]`` (each query once, in
+        its routed head), that reads its row's memory ``[phi(K~)^T V~ | phi(K~)^T 1]`` (numerator
+        and normaliser, :meth:`_head_read`) with one batched (over subheads) product, with no
+        padding and no scatter; one inverse permutation restores sequence order. Both
+        permutations are gathers (:class:`Permute`). The loop runs over the ``H * B`` groups
+        (never over tokens). The router's straight-through factor multiplies the per-query
+        ``1 / normaliser``, not the output (:meth:`_normalise`)."""
         if routing.counts is None:
             return self._attend_dense(rows, q_maps, mems, routing, mask)
         b, n = mask.shape
@@ -348,24 +323,13 @@ class AdaMRAAttention(Mixer):
         per_head = [sum(counts[h * b:(h + 1) * b]) for h in range(self.n_routed)] + [counts[-1]]
         grouped = Permute.apply(rows, order, inverse).split(per_head)         # rows by (head, row)
         width = dh if self.feature_map == "softmax" else dh + 1              # + 1: eq. 7's normaliser
-        dev = rows.device.type
         wide = self._wide(rows)
         outs = []
         for h, (mem, (wq, bq)) in enumerate(zip(mems, q_maps)):
             if per_head[h] == 0:
                 continue
-            qg = grouped[h]                                                  # routed queries only
-            if wq is not None:
-                qg = qg @ wq if bq is None else torch.addmm(bq, qg, wq)      # eq. 9, W^Q_{h,s}
-            qg = qg.view(-1, s, dh).transpose(0, 1)                          # [S, c_h, Dh]
-            if self.feature_map == "softmax":  # Table 5 ablation: exact softmax over the landmarks
-                kc, vc, bias = self._split(mem.keys), self._split(mem.values()), key_bias(mem.valid, qg.dtype)
-                read = lambda q, i: torch.softmax(q @ kc[i].transpose(-1, -2) / math.sqrt(dh) + bias[i], -1) @ vc[i]  # noqa: E731
-            else:
-                with torch.autocast(dev, enabled=False) if wide else contextlib.nullcontext():
-                    kvz = (mem.float() if wide else mem).kernel_state(self._phi, s)   # [B, S, Dh, Dh + 1]
-                    qg = self._phi(qg.float() if wide else qg)
-                read = lambda q, i: q @ kvz[i] if not wide else _float32_matmul(q, kvz[i])  # noqa: E731
+            qg = _affine(grouped[h], wq, bq)                                 # routed queries only, eq. 9
+            qg, read = self._head_read(qg.view(-1, s, dh).transpose(0, 1), mem, wide)   # [S, c_h, Dh]
             for i, q_row in enumerate(qg.split(counts[h * b:(h + 1) * b], dim=1)):
                 if q_row.shape[1]:
                     outs.append(read(q_row, i).transpose(0, 1))              # [c_(h,i), S, width]
@@ -378,18 +342,48 @@ class AdaMRAAttention(Mixer):
         out = Permute.apply(out, inverse, order)
         return out.view(b, n, s, dh).transpose(1, 2)                          # [B, S, N, Dh] view
 
+    def _head_read(self, q: Tensor, mem: Memory, wide: bool) -> tuple[Tensor, Callable[[Tensor, int | slice], Tensor]]:
+        """One head's read of its memory, shared by both dispatches: eq. 7's kernel read
+        ``phi(q)^T [phi(K~)^T V~ | phi(K~)^T 1]`` (numerator and normaliser, ``width = Dh + 1``), or
+        Table 5's softmax ablation, exact softmax over the valid landmarks with ``1/sqrt(d_k)``
+        (``width = Dh``). The memory's state and the query features are built once per head.
+
+        Returns the queries as the read takes them (``phi(q)`` for a kernel map) and ``read(part,
+        i)``: queries ``part [..., S, M, Dh]`` against batch row ``i`` of the memory, ``[..., S, M,
+        width]``; ``i = slice(None)`` reads every row ``[B, S, N, Dh]`` against its own. ``wide``
+        (:meth:`_wide`): the kernel state, the features and the read in float32."""
+        dh = self.head_dim
+        if self.feature_map == "softmax":
+            kc, vc, bias = self._split(mem.keys), self._split(mem.values()), key_bias(mem.valid, q.dtype)
+            return q, lambda part, i: torch.softmax(part @ kc[i].transpose(-1, -2) / math.sqrt(dh) + bias[i], -1) @ vc[i]
+        with torch.autocast(q.device.type, enabled=False) if wide else contextlib.nullcontext():
+            kvz = (mem.float() if wide else mem).kernel_state(self._phi, self.n_heads)   # [B, S, Dh, Dh + 1]
+            fq = self._phi(q.float() if wide else q)
+        return fq, lambda part, i: part @ kvz[i] if not wide else _float32_matmul(part, kvz[i])
+
     def _wide(self, rows: Tensor) -> bool:
-        """float16 cannot hold 1 / eps: a ReLU query with a (near) zero normaliser would send an
-        infinite gradient into its (zero) features. Its read and normalisation run in float32."""
+        """Whether the ReLU read and its normalisation run in float32: in float16
+        (``trainer.precision=16-mixed`` or a half model) ``1 / eps`` exceeds the range, so the
+        gradient that the clamp sends to the numerator of a query with a zero normaliser would be
+        infinite (and NaN once multiplied by its zero features)."""
         dev = rows.device.type
         return self.feature_map == "relu" and torch.float16 in (
             rows.dtype, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None)
 
     def _normalise(self, out: Tensor, p_sel: Tensor | None) -> Tensor:
         """Eq. 7's normaliser (the last column of a kernel read) and the router gradient,
-        straight-through: the routed head's output times P / stopgrad(P), which is exactly 1 in
-        value. It multiplies the per-query factor 1 / normaliser, not the output. ``p_sel``
-        broadcasts against ``out`` (None: the random router, no gradient)."""
+        straight-through: the routed head's output times ``P_{i,h*} / stopgrad(P_{i,h*})``, which is
+        exactly 1 in value (so the oracle tests of eq. 7 hold exactly). It multiplies the per-query
+        factor 1 / normaliser, not the output. ``p_sel`` broadcasts against ``out`` (None: the
+        random router, no gradient).
+
+        The backward pass gives the router ``(G_i . out_i) * grad log P_{i,h*}`` (``G_i`` the output
+        gradient): the Switch/MoE gate gradient of ``P_{i,h*} * out_i``, ``(G_i . out_i) * grad
+        P_{i,h*}``, divided by ``P_{i,h*}`` (a factor between 1 and ``H``, since the routed head has
+        the largest probability). ``dL/dW`` pushes up the probability of the chosen head when
+        scaling its output up would lower the loss and down when it would raise it. Scaling the
+        forward output by ``P`` as Switch does would shrink every output by up to ``1/H`` and break
+        the equivalence with eq. 7; the paper gives no formula to follow."""
         scale = None
         if p_sel is not None:
             scale = p_sel / p_sel.detach()
@@ -402,31 +396,24 @@ class AdaMRAAttention(Mixer):
         self, rows: Tensor, q_maps: list[tuple[Tensor | None, Tensor | None]],
         mems: list[Memory], routing: Routing, mask: Tensor,
     ) -> Tensor:
-        """:meth:`_attend` with static shapes (graph-safe mode): every query is read in every head
-        (each head's capacity is its static bound, all ``B * N`` queries) and ``torch.where`` keeps
-        the routed head's read; padded queries are in no head and output zero."""
+        """:meth:`_attend` with static shapes (graph-safe mode: ``torch.compile``, no host read),
+        which cannot have the dispatch's ragged group sizes, so it uses their static bound: every
+        head's capacity is all ``B * N`` queries. Each query is projected into every head and reads
+        every head's memory of its row (``[B, S, N, Dh (+1)]`` per head, no permutation), and
+        ``torch.where`` on ``choice == h`` (and the mask: padded queries join no head and output
+        zero) keeps the routed head's read; the straight-through scale and the normaliser then act
+        as in :meth:`_attend`. The values (and gradients: a non-routed read gets zero gradient) are
+        the dispatched ones up to float rounding; the cost is ``H`` times the query projections and
+        kernel reads (``O(H n d^2)``)."""
         b, n = mask.shape
-        s, dh = self.n_heads, self.head_dim
-        width = dh if self.feature_map == "softmax" else dh + 1              # + 1: eq. 7's normaliser
-        dev = rows.device.type
         wide = self._wide(rows)
         routed = routing.choice                                              # [B, N]
         out = None
         for h, (mem, (wq, bq)) in enumerate(zip(mems, q_maps)):
-            qh = rows
-            if wq is not None:
-                qh = qh @ wq if bq is None else torch.addmm(bq, qh, wq)      # eq. 9, W^Q_{h,s}
-            qh = self._split(qh.view(b, n, s * dh))                          # [B, S, N, Dh]
-            if self.feature_map == "softmax":
-                kc, vc, bias = self._split(mem.keys), self._split(mem.values()), key_bias(mem.valid, qh.dtype)
-                read = torch.softmax(qh @ kc.transpose(-1, -2) / math.sqrt(dh) + bias, -1) @ vc
-            else:
-                with torch.autocast(dev, enabled=False) if wide else contextlib.nullcontext():
-                    kvz = (mem.float() if wide else mem).kernel_state(self._phi, s)   # [B, S, Dh, Dh + 1]
-                    fq = self._phi(qh.float() if wide else qh)
-                    read = fq @ kvz if not wide else _float32_matmul(fq, kvz)    # [B, S, N, width]
+            qh = self._split(_affine(rows, wq, bq).view(b, n, -1))           # eq. 9: [B, S, N, Dh]
+            qh, read = self._head_read(qh, mem, wide)
             here = ((routed == h) & mask)[:, None, :, None]
-            out = torch.where(here, read, 0.0 if out is None else out)
+            out = torch.where(here, read(qh, slice(None)), 0.0 if out is None else out)   # [B, S, N, width]
         out = self._normalise(out, None if routing.p_sel is None else routing.p_sel.view(b, 1, n, 1))
         if wide:
             out = out.to(rows.dtype)

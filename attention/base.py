@@ -9,9 +9,9 @@ projections and head splitting; a mixer only mixes tokens per head::
 
 * padded keys never receive weight; outputs at real positions do not depend on padded tokens;
 * a fully padded row gives finite output (zeros), never NaN;
-* randomness comes from :meth:`Mixer.rand` / :meth:`Mixer.randn` (or :meth:`Mixer.generator` for
-  draws that never run in a training forward), seeded from the run seed at construction, and
-  evaluation is deterministic;
+* randomness comes from :meth:`Mixer.rand` / :meth:`Mixer.randn` / :meth:`Mixer.randint` (or
+  :meth:`Mixer.generator` for draws that never run in a training forward), seeded from the run
+  seed at construction, and evaluation is deterministic;
 * a mixer that contributes a loss term stores it in ``self.aux_loss`` during training forward
   passes (the LightningModule adds every mixer's ``aux_loss`` to the task loss);
 * hyperparameters come from ``conf/attention/<name>.yaml``; the shell passes the shape arguments
@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from attention import counter_random
-from attention.host_reads import GraphSafeError, graph_safe_active
+from attention.graph_safe import GraphSafeError, graph_safe_active
 
 
 def require_positive(*, hint: str = "", **settings: float) -> None:
@@ -100,16 +100,31 @@ class Mixer(nn.Module):
              dtype: torch.dtype = torch.float32) -> Tensor:
         """Uniform draws in [0, 1) from this mixer's stream: the generator's in eager mode, the
         counter-based ones in graph-safe mode (same distribution, other values)."""
-        if graph_safe_active():
-            return counter_random.uniform(tuple(shape), *self._counter(device), dtype=dtype)
-        return torch.rand(shape, generator=self.generator(device), device=device, dtype=dtype)
+        return self._from_stream(device, lambda key, count: counter_random.uniform(tuple(shape), key, count, dtype=dtype),
+                                 lambda g: torch.rand(shape, generator=g, device=device, dtype=dtype))
 
     def randn(self, shape: tuple[int, ...] | torch.Size, device: torch.device | str,
               dtype: torch.dtype = torch.float32) -> Tensor:
         """Standard normal draws from this mixer's stream (see :meth:`rand`)."""
+        return self._from_stream(device, lambda key, count: counter_random.normal(tuple(shape), key, count, dtype=dtype),
+                                 lambda g: torch.randn(shape, generator=g, device=device, dtype=dtype))
+
+    def randint(self, high: int, shape: tuple[int, ...] | torch.Size, device: torch.device | str) -> Tensor:
+        """Integers uniform in ``[0, high)`` (int64) from this mixer's stream: the generator's
+        ``randint`` in eager mode; in graph-safe mode ``floor(high u)`` of the counter-based uniforms
+        of :meth:`rand` (the same distribution up to float32 rounding of ``high u``, other values)."""
+        def counted(key: int, count: Tensor) -> Tensor:
+            u = counter_random.uniform(tuple(shape), key, count)
+            return (u * high).long().clamp_max(high - 1)
+        return self._from_stream(device, counted, lambda g: torch.randint(0, high, shape, generator=g, device=device))
+
+    def _from_stream(self, device: torch.device | str, counted: Callable[[int, Tensor], Tensor],
+                     generated: Callable[[torch.Generator], Tensor]) -> Tensor:
+        """The one place a draw decides its mode: ``counted(key, counter)`` (:meth:`_counter`) in
+        graph-safe mode, else ``generated(generator)`` (:meth:`generator`)."""
         if graph_safe_active():
-            return counter_random.normal(tuple(shape), *self._counter(device), dtype=dtype)
-        return torch.randn(shape, generator=self.generator(device), device=device, dtype=dtype)
+            return counted(*self._counter(device))
+        return generated(self.generator(device))
 
     def _counter(self, device: torch.device | str) -> tuple[int, Tensor]:
         """Key and counter of the next graph-safe draw. Training advances the counter in place (a
@@ -132,7 +147,7 @@ class Mixer(nn.Module):
         """
         if torch.compiler.is_compiling():
             raise GraphSafeError(f"{type(self).__name__}: a torch.Generator in graph-safe mode; "
-                                 "draw with Mixer.rand / Mixer.randn")
+                                 "draw with Mixer.rand / Mixer.randn / Mixer.randint")
         device = torch.device(device)
         if not self.training:
             g = torch.Generator(device=device)

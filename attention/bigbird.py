@@ -28,9 +28,9 @@ Choices the paper leaves open (and the fixes of known port defects), written dow
   whatever padding the batch adds (the plan of the padded length would make a padding block
   global and move the random blocks). Samples are processed in groups of equal ``nb`` (one pass
   when the batch has no padding). Host syncs: none for a batch without padding (decided once per
-  batch, :func:`attention.host_reads.has_padding`); for a padded batch one ``.tolist()`` of the
+  batch, :func:`attention.graph_safe.has_padding`); for a padded batch one ``.tolist()`` of the
   ``B`` plan lengths, which the ragged plans need, read once per batch and shared by the layers
-  (:func:`attention.host_reads.per_batch`; the groups are slices of one sort). No tensor is built
+  (:func:`attention.graph_safe.per_batch`; the groups are slices of one sort). No tensor is built
   from host data (the global slots come from ``arange``). Graph-safe mode (``torch.compile``)
   reads nothing: each sample's plan is built on the device from its own ``nb`` (a tensor), as one
   table ``[B, H, nb_max - 1, 2 + window + r]`` over every query block after the first, with the
@@ -53,7 +53,7 @@ from torch import Tensor
 
 from attention.base import Mixer
 from attention.blocks import block_sparse_attention, dense_rows, from_blocks, mask_blocks, slot_allow, to_blocks
-from attention.host_reads import graph_safe_active, has_padding, per_batch
+from attention.graph_safe import graph_safe_active, has_padding, per_batch
 from attention.masking import zero_padded
 
 
@@ -113,19 +113,11 @@ class BigBirdAttention(Mixer):
         return idx, val >= 0
 
     def _table(self, nb: int) -> tuple[Tensor, Tensor]:
-        """Key blocks of the middle query blocks 1..nb-2: global (first, last), window, random."""
-        dev = self.rand_priority.device
-        a = torch.arange(1, nb - 1, device=dev)[:, None]
-        w = self.window_blocks // 2
-        win = a + torch.arange(-w, w + 1, device=dev)[None, :]
-        win_valid = (win > 0) & (win < nb - 1)                           # global blocks come via their slot
-        glob = (torch.arange(2, device=dev) * (nb - 1)).expand(nb - 2, 2)   # [0, nb - 1], no host copy
-        ridx, rvalid = self.random_blocks(nb)
-        h = ridx.shape[0]
-        idx = torch.cat([glob.expand(h, -1, -1), win.clamp(0, nb - 1).expand(h, -1, -1), ridx[:, 1:nb - 1]], -1)
-        valid = torch.cat([torch.ones_like(glob, dtype=torch.bool).expand(h, -1, -1),
-                           win_valid.expand(h, -1, -1), rvalid[:, 1:nb - 1]], -1)
-        return idx, valid
+        """Key blocks of the middle query blocks 1..nb-2 of the one plan of ``nb`` blocks (``[H,
+        nb - 2, 2 + window + r]``): :meth:`_tables` for one sample whose last block is ``nb - 1``,
+        without the row of that (global) block."""
+        idx, valid = self._tables(nb, torch.full((), nb - 1, device=self.rand_priority.device))
+        return idx[:, :-1], valid[:, :-1]
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         n, bs = q.shape[2], self.block_size
@@ -200,18 +192,21 @@ class BigBirdAttention(Mixer):
         return zero_padded(from_blocks(out, n), mask, padded=True)
 
     def _tables(self, nb: int, last: Tensor) -> tuple[Tensor, Tensor]:
-        """Per-sample key blocks of query blocks ``1..nb-1``: global (first, the sample's last),
-        window, random (``[B, H, nb - 1, 2 + window + r]`` and their validity)."""
-        dev, b, h = last.device, last.shape[0], self.rand_priority.shape[0]
+        """Key blocks of query blocks ``1..nb-1`` among ``nb`` blocks whose last real one is ``last``
+        (0-dim: one plan; ``[B]``: one per sample): global (first, ``last``), window, random
+        (``[(B,) H, nb - 1, 2 + window + r]`` and their validity). A window slot on a global block is
+        invalid (that block comes via its global slot). Graph-safe mode takes every sample's table;
+        the eager plan of one length (:meth:`_table`) is the one-sample case."""
+        dev, h = last.device, self.rand_priority.shape[0]
         w = self.window_blocks // 2
         a = torch.arange(1, nb, device=dev)[:, None]                                      # query blocks
-        lst = last[:, None, None]                                                        # [B, 1, 1]
+        lst = last[..., None, None]                                                      # [(B,) 1, 1]
         win = a + torch.arange(-w, w + 1, device=dev)[None, :]                           # [nb-1, W]
-        win_valid = (win > 0) & (win < lst)                                              # [B, nb-1, W]
-        glob = torch.stack(torch.broadcast_tensors(torch.zeros_like(lst), lst), -1).expand(b, nb - 1, 1, 2)
-        ridx, rvalid = self._random_candidates(1, nb, last)                              # [B, H, nb-1, r]
-        idx = torch.cat([glob.reshape(b, 1, nb - 1, 2).expand(b, h, -1, -1),
-                         win.clamp(0, nb - 1).expand(b, h, -1, -1), ridx], -1)
-        valid = torch.cat([torch.ones(b, h, nb - 1, 2, dtype=torch.bool, device=dev),
-                           win_valid[:, None].expand(b, h, -1, -1), rvalid], -1)
+        win_valid = (win > 0) & (win < lst)                                              # [(B,) nb-1, W]
+        glob = torch.stack(torch.broadcast_tensors(torch.zeros_like(lst), lst), -1)      # [(B,) 1, 1, 2]
+        ridx, rvalid = self._random_candidates(1, nb, last)                              # [(B,) H, nb-1, r]
+        rows = (*last.shape, h, nb - 1)
+        idx = torch.cat([glob.expand(*rows, 2), win.clamp(0, nb - 1).expand(*rows, -1), ridx], -1)
+        valid = torch.cat([torch.ones(*rows, 2, dtype=torch.bool, device=dev),
+                           win_valid.unsqueeze(-3).expand(*rows, -1), rvalid], -1)
         return idx, valid

@@ -40,7 +40,7 @@ Choices the paper leaves open, written down:
   and member counts are one ``index_add`` of ``[code, 1]`` rows. On CPU a second host read per
   iteration skips the restart work (a top-k over every query, gathers) when no cluster is empty;
   on a GPU it always runs, and then restarts nothing. "On CPU" is
-  :func:`attention.host_reads.host_reads_free`, which tests switch off to run the GPU branches here.
+  :func:`attention.graph_safe.host_reads_free`, which tests switch off to run the GPU branches here.
 * Host syncs per call on a GPU: none. The centroid member counts are an ``index_add``-style
   ``scatter_add`` (``bincount`` reads its input's min and max on the host).
 * i_clustered's exact part (eq. 10's top-k softmax) is one autograd node that keeps only the
@@ -78,7 +78,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, autocast_as, autocast_state, require_non_negative, require_positive
-from attention.host_reads import host_reads_free
+from attention.graph_safe import host_reads_free
 from attention.masking import key_bias
 
 

@@ -1,7 +1,7 @@
 """Counter-based random numbers: draws that are a pure function of (key, counter, position).
 
 Why: a ``torch.Generator`` is an opaque object to ``torch.compile`` (a graph break at every draw
-that names one) and a stateful one at that. Graph-safe mode (:mod:`attention.host_reads`) draws
+that names one) and a stateful one at that. Graph-safe mode (:mod:`attention.graph_safe`) draws
 instead from an integer hash of the mixer's key, a step counter kept in a device buffer and each
 element's position: a few integer tensor ops that compile into the graph, give the same values in
 eager and compiled code, on every device, and resume exactly from the counter.

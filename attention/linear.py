@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, autocast_as, autocast_state, require_positive
-from attention.host_reads import graph_safe_active
+from attention.graph_safe import fused_unless_graph_safe
 
 
 def elu_feature_map(x: Tensor, keep: Tensor | None = None, out: Tensor | None = None) -> Tensor:
@@ -89,6 +89,9 @@ class _LinearAttention(torch.autograd.Function):
         return dq.to(phi_q.dtype), dk.to(phi_k.dtype), dv.to(v.dtype), None, None
 
 
+_linear_attention = fused_unless_graph_safe(_LinearAttention.apply, linear_attention)
+
+
 class LinearAttention(Mixer):
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, eps: float = 1e-6) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
@@ -96,7 +99,4 @@ class LinearAttention(Mixer):
         self.eps = eps
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        keep = mask[:, None, :, None].to(q.dtype)
-        if graph_safe_active():
-            return linear_attention(q, k, v, keep, self.eps)
-        return _LinearAttention.apply(q, k, v, keep, self.eps)
+        return _linear_attention(q, k, v, mask[:, None, :, None].to(q.dtype), self.eps)

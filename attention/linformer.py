@@ -23,7 +23,7 @@ Choices the paper leaves open, written down:
   over the same real rows of E, F); what no mask can undo is inherent to the method: a projected
   slot sums over however many tokens are real, so its scale depends on the length. Fully padded
   samples give zeros (all projected values are zero; padded query rows are zeroed). Whether the
-  batch has padding at all is decided once per batch (:func:`attention.host_reads.has_padding`):
+  batch has padding at all is decided once per batch (:func:`attention.graph_safe.has_padding`):
   an unpadded batch skips the three full-size mask passes.
 * The 1/sqrt(d) scale is applied to the projected keys (``[d, k]`` per head, the smallest tensor
   on the logits' path).
@@ -34,7 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import has_padding
+from attention.graph_safe import has_padding
 from attention.masking import zero_padded
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attention.host_reads import has_padding
+from attention.graph_safe import has_padding
 
 
 def neg_fill(dtype: torch.dtype) -> float:
@@ -25,7 +25,7 @@ def zero_padded(out: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor
 
     A batch without padding (image, pathfinder, and most batches bucketed by length) returns
     ``out`` itself, saving a full pass and its backward. ``padded`` as the caller knows it; None
-    asks :func:`attention.host_reads.has_padding` (decided once per batch inside the network)."""
+    asks :func:`attention.graph_safe.has_padding` (decided once per batch inside the network)."""
     if not (has_padding(mask) if padded is None else padded):
         return out
     return out * mask[:, None, :, None].to(out.dtype)

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import graph_safe_active
+from attention.graph_safe import fused_unless_graph_safe
 from attention.masking import neg_fill, zero_padded
 
 
@@ -105,17 +105,14 @@ def conv_bands(weight: Tensor, block: int) -> Tensor:
     return weight[:, tap.clamp(0, kernel - 1)] * inside
 
 
-def _to_blocks(t: Tensor, scale: Tensor | None, block: int) -> Tensor:
+def _blocks_into(t: Tensor, scale: Tensor | None, block: int) -> Tensor:
     """``[B, H, N, D]`` -> ``[B, H, 1 + D * (nb + 1) + 1, L]``: each channel's sequence in blocks of
     L, every channel row followed by a zero block and the whole stream framed by zero blocks, so a
     block's neighbours across a row end read zeros (the convolution's zero padding). ``scale``
-    ``[B, 1, N, 1]`` multiplies the tokens on the way in."""
+    ``[B, 1, N, 1]`` multiplies the tokens on the way in. Written into a zeroed buffer through a
+    view (one pass over ``t``)."""
     b, h, n, d = t.shape
     nb = -(-n // block)
-    if graph_safe_active():   # the same blocks by padding (``torch.compile`` cannot write out= views)
-        rows = t.transpose(-1, -2) if scale is None else t.transpose(-1, -2) * scale.transpose(-1, -2)
-        rows = F.pad(rows, (0, (nb + 1) * block - n)).reshape(b, h, d * (nb + 1), block)
-        return F.pad(rows, (0, 0, 1, 1))
     buf = t.new_zeros(b, h, d * (nb + 1) + 2, block)
     body = buf[:, :, 1:-1].view(b, h, d, (nb + 1) * block)[..., :n]
     if scale is None:
@@ -123,6 +120,18 @@ def _to_blocks(t: Tensor, scale: Tensor | None, block: int) -> Tensor:
     else:
         torch.mul(t.transpose(-1, -2), scale.transpose(-1, -2), out=body)
     return buf
+
+
+def _blocks_by_padding(t: Tensor, scale: Tensor | None, block: int) -> Tensor:
+    """:func:`_blocks_into` by padding, which ``torch.compile`` traces (it cannot write ``out=`` views)."""
+    b, h, n, d = t.shape
+    nb = -(-n // block)
+    rows = t.transpose(-1, -2) if scale is None else t.transpose(-1, -2) * scale.transpose(-1, -2)
+    rows = F.pad(rows, (0, (nb + 1) * block - n)).reshape(b, h, d * (nb + 1), block)
+    return F.pad(rows, (0, 0, 1, 1))
+
+
+_to_blocks = fused_unless_graph_safe(_blocks_into, _blocks_by_padding)
 
 
 def _band_product(buf: Tensor, bands: Tensor, n: int, d: int) -> Tensor:

@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, require_non_negative, require_positive
-from attention.host_reads import graph_safe_active
+from attention.graph_safe import graph_safe_active
 from attention.masking import zero_padded
 
 KERNELS = ("softmax", "relu")

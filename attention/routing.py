@@ -56,11 +56,11 @@ How it is computed (same values as the plain form the float64 reference writes o
 * The fallback is computed only for the queries no cluster took (about 1/e of them for balanced
   top-w membership), not for every query of every routing head: each block's untaken queries are
   packed into as many slots as the fullest block needs, a count read back on CPU, where the read is
-  free (:func:`attention.host_reads.host_reads_free`). On a GPU the read would be a host sync per
+  free (:func:`attention.graph_safe.host_reads_free`). On a GPU the read would be a host sync per
   layer, so there the slots are the static bound, the window: the fallback then costs what a local
   head costs, with the same values (the extra slots are multiplied by 0). Either way the shapes stay
   rectangular (fused kernels, no per-block loop). Host syncs per call on a GPU: none (padding is
-  decided once per batch, :func:`attention.host_reads.has_padding`).
+  decided once per batch, :func:`attention.graph_safe.has_padding`).
 * Block attention (local heads and fallback) runs through PyTorch's fused attention
   (``scaled_dot_product_attention`` on 4-d views of the shell's ``[B, N, H, D]`` projections), so no
   ``[window, window]`` probability matrix is stored for the backward pass.
@@ -76,7 +76,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import host_reads_free
+from attention.graph_safe import host_reads_free
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 
 

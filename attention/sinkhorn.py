@@ -31,8 +31,9 @@ Choices the paper leaves open, written down:
   value are the real-only mixture divided by w_it (a conditional mean), and log(w_it) is added to
   its logit, so a half-padded slot counts half and a slot with (almost) no real mass (below 1e-6,
   e.g. all contributors padding) gets no weight. In the own block, padded keys get no weight.
-  Padded query rows are zeroed. Whether the batch has padding at all is read once per call (a host
-  sync, as in softmax): an unpadded batch skips every mask pass. Cost: O(N * 2 * block_size * d)
+  Padded query rows are zeroed. Whether the batch has padding at all is decided once per batch, as
+  in softmax (:func:`attention.graph_safe.has_padding`: the host's statement, else one read shared
+  by the layers): an unpadded batch skips every mask pass. Cost: O(N * 2 * block_size * d)
   for the attention, O(N n_B d) for the sorted mixtures and O(n_B^2) for the matching; block 32
   keeps the matching at <= 128 x 128 at LRA's 4K lengths.
 """
@@ -44,7 +45,7 @@ import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.host_reads import graph_safe_active, has_padding
+from attention.graph_safe import fused_unless_graph_safe, has_padding
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 
 
@@ -58,13 +59,18 @@ def sinkhorn(log_alpha: Tensor, iterations: int) -> Tensor:
 
 def _with_sorted(x: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor) -> Tensor:
     """``[B,H,n_B,bs,d]`` -> ``[B,H,n_B,2bs,d]``: each block's own rows (padded ones zeroed by
-    ``keep``), then its sorted slots ``(sum_j S_ij x_j) * inv_i`` (the conditional mean), written
-    straight into one buffer (no concatenation, no contiguous copy of ``x``)."""
+    ``keep``), then its sorted slots ``(sum_j S_ij x_j) * inv_i`` (the conditional mean), joined by
+    concatenation (what :func:`sorted_block_attention` traces)."""
     b, h, nb, bs, d = x.shape
-    if graph_safe_active():   # the same rows by concatenation (``torch.compile`` cannot write out= views)
-        own = x if keep is None else x * keep
-        mix = torch.matmul(s, own.reshape(b, h, nb, bs * d)).view(b, h, nb, bs, d)
-        return torch.cat([own, mix * inv[..., None]], dim=3)
+    own = x if keep is None else x * keep
+    mix = torch.matmul(s, own.reshape(b, h, nb, bs * d)).view(b, h, nb, bs, d)
+    return torch.cat([own, mix * inv[..., None]], dim=3)
+
+
+def _with_sorted_into(x: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor) -> Tensor:
+    """:func:`_with_sorted` written straight into one buffer through ``out=`` views (no
+    concatenation, no contiguous copy of ``x``), for :class:`_SortedBlockAttention`."""
+    b, h, nb, bs, d = x.shape
     out = x.new_empty(b, h, nb, 2 * bs, d)
     own = out[..., :bs, :]
     own.copy_(x) if keep is None else torch.mul(x, keep, out=own)
@@ -110,7 +116,7 @@ class _SortedBlockAttention(torch.autograd.Function):
         b, h, nb, bs, d = q.shape
         rows = b * h * nb
         with torch.autocast(q.device.type, enabled=False):
-            keys, values = _with_sorted(k, keep, s, inv), _with_sorted(v, keep, s, inv)
+            keys, values = _with_sorted_into(k, keep, s, inv), _with_sorted_into(v, keep, s, inv)
             qf = q.new_empty(rows, bs, d)
             torch.mul(q, scale, out=qf.view(q.shape))
             logits = torch.baddbmm(bias.reshape(rows, 1, 2 * bs), qf, keys.view(rows, 2 * bs, d).transpose(1, 2))
@@ -158,7 +164,7 @@ class _SortedBlockAttention(torch.autograd.Function):
 def _sorted_backward(p: Tensor, x: Tensor, buf: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor,
                      d_own: Tensor) -> tuple[Tensor, Tensor]:
     """Gradients of the own rows (into ``d_own [g, nb, bs, d]``), ``S`` and ``inv`` of a
-    :func:`_with_sorted` buffer ``[g, nb, 2bs, d]`` whose gradient is ``p^T x`` (``p [g nb, bs, 2bs]``,
+    :func:`_with_sorted_into` buffer ``[g, nb, 2bs, d]`` whose gradient is ``p^T x`` (``p [g nb, bs, 2bs]``,
     ``x [g nb, bs, d]``): the sorted half first, through the conditional mean, then the own half added
     in place (no ``[., 2bs, d]`` gradient is formed)."""
     g, nb, bs2, d = buf.shape
@@ -174,6 +180,9 @@ def _sorted_backward(p: Tensor, x: Tensor, buf: Tensor, keep: Tensor | None, s: 
     if keep is not None:
         d_own.mul_(keep)
     return d_s, d_inv
+
+
+_sorted_block_attention = fused_unless_graph_safe(_SortedBlockAttention.apply, sorted_block_attention)
 
 
 class SinkhornAttention(Mixer):
@@ -247,7 +256,6 @@ class SinkhornAttention(Mixer):
         sorted_bias = torch.where(has_mass, torch.log(mass.clamp_min(min_mass)), torch.full_like(mass, neg))
         own_bias = torch.zeros_like(mf).masked_fill(~mb, neg)[:, None].expand(b, h, n_b, bs)
         bias = torch.cat([own_bias, sorted_bias], dim=3)                     # [B, H, n_B, 2bs]
-        attend = sorted_block_attention if graph_safe_active() else _SortedBlockAttention.apply
-        out = attend(qb, kb, vb, keep, s, inv_mass, bias, d ** -0.5)
+        out = _sorted_block_attention(qb, kb, vb, keep, s, inv_mass, bias, d ** -0.5)
         out = out.reshape(b, h, n_b * bs, d)[:, :, :n]
         return out if keep is None else zero_padded(out, mask, padded=True)

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer
-from attention.host_reads import has_padding
+from attention.graph_safe import has_padding
 from attention.masking import key_bias, zero_padded
 
 

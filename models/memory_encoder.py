@@ -25,7 +25,7 @@ against the reentrant kind's 41 MB and BPTT's 520 MB; the process's peak RSS on 
 the reentrant kind's (147 against 77 MB, BPTT 778 MB: glibc keeps more freed blocks when the
 forward runs with gradients enabled).
 
-Padding is decided once per batch (:func:`attention.host_reads.has_padding`), not once per layer and
+Padding is decided once per batch (:func:`attention.graph_safe.has_padding`), not once per layer and
 segment: a segment is padded if the batch is, or if it is the tail that reaches past the sequence;
 the summary segment never is. The flag is an argument of :meth:`MemformerEncoder.step`, so MRBP's
 replay in the backward pass needs no device read either.
@@ -36,7 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from attention.host_reads import batch_padding, has_padding
+from attention.graph_safe import batch_padding, has_padding
 from attention.masking import pad_to_multiple
 from attention.memformer import MemformerAttention, UnifiedMemory
 from models.encoder import Encoder

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer
-from attention.host_reads import batch_padding, graph_safe
+from attention.graph_safe import batch_padding, graph_safe
 from models.embedding import Embedding
 from models.encoder import Encoder
 from models.heads import ClassifierHead, DualHead
@@ -20,11 +20,11 @@ class LRAClassifier(nn.Module):
     ``dual`` (retrieval): both documents go through the same encoder.
 
     ``padded`` (whether ``mask`` has a False entry) is decided once per batch for every layer and
-    segment (:func:`attention.host_reads.batch_padding`): given by the caller when it knows it on
+    segment (:func:`attention.graph_safe.batch_padding`): given by the caller when it knows it on
     the host (``LRAModule`` does, before the batch reaches the device), else read from the mask at
     most once per forward, by the first layer that asks.
 
-    ``graph_safe``: every forward runs graph-safe (:func:`attention.host_reads.graph_safe`: no host
+    ``graph_safe``: every forward runs graph-safe (:func:`attention.graph_safe.graph_safe`: no host
     read, counter-based random draws), as it does anyway while ``torch.compile`` traces it; eager
     runs then draw what a compiled run draws."""
 

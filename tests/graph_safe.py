@@ -17,13 +17,13 @@ import warnings
 
 import torch
 
-from attention.host_reads import accelerator_branches, graph_safe
+from attention.graph_safe import accelerator_branches, graph_safe
 from tests.tiny_network import step_batch, tiny_network, training_loss
 
 
 def graph_breaks(name: str, padded: bool, **overrides) -> tuple[int, list[str]]:
     """Graph breaks of a training forward of ``name`` (2 layers), with their distinct reasons.
-    Tracing is graph-safe by itself (:func:`attention.host_reads.graph_safe_active`), and runs the
+    Tracing is graph-safe by itself (:func:`attention.graph_safe.graph_safe_active`), and runs the
     accelerator's branches."""
     net = tiny_network(name, **overrides).train()
     ids, mask, label = step_batch(padded)

@@ -14,7 +14,7 @@ copy cannot be told apart, so every such build inside the counted region is coun
 :class:`HostSyncSpy` is a ``TorchDispatchMode``: it sees every op of the forward and the backward
 (autograd runs the backward on the calling thread on CPU), including those inside custom autograd
 Functions, and names the source line (in ``attention/``, ``models/`` or ``lra/``) of each sync.
-The code's own accelerator branches are taken with :func:`attention.host_reads.accelerator_branches`.
+The code's own accelerator branches are taken with :func:`attention.graph_safe.accelerator_branches`.
 
 Reused by the graph-safe work (issue 25): :func:`forbid_host_syncs` raises at the first sync.
 
@@ -167,7 +167,7 @@ def step_syncs(name: str, padded: bool, host_padding: bool = True, **overrides) 
     """The host syncs of the second training step of ``name`` (the first one warms lazily built
     state) on the accelerator's branches. ``host_padding``: the padding is known on the host (as
     ``LRAModule`` knows it before the batch transfer); False: the network reads it from the mask."""
-    from attention.host_reads import accelerator_branches
+    from attention.graph_safe import accelerator_branches
     from tests.tiny_network import step_batch, tiny_network, training_loss
 
     net = tiny_network(name, **overrides).train()

@@ -255,7 +255,7 @@ def _block_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[]
     from hydra.utils import instantiate
 
     from attention.base import Mixer
-    from attention.host_reads import batch_padding
+    from attention.graph_safe import batch_padding
     from models.encoder import EncoderBlock
 
     b, n, d = spec["batch_size"], spec["length"], spec["d_model"]

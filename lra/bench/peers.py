@@ -108,7 +108,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention.host_reads import batch_padding
+from attention.graph_safe import batch_padding
 from lra import CONF_DIR, ROOT
 
 RESULT_TAG = "LRA_PEERS_RESULT "

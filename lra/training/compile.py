@@ -1,6 +1,6 @@
 """``trainer.compile=true``: the network through ``torch.compile``, its recompiles counted and named.
 
-Compiled code is graph-safe by itself (:func:`attention.host_reads.graph_safe_active` is True while
+Compiled code is graph-safe by itself (:func:`attention.graph_safe.graph_safe_active` is True while
 Dynamo traces): no host read, counter-based random draws. The network is compiled in place
 (``nn.Module.compile``: checkpoints keep their keys, so a compiled run resumes an eager one and
 back) with ``fullgraph=True`` (a graph break is an error naming its line, not a silent fallback) and

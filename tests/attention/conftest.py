@@ -6,7 +6,7 @@ from typing import Iterator
 
 import pytest
 
-from attention.host_reads import graph_safe
+from attention.graph_safe import graph_safe
 
 
 @pytest.fixture(params=["eager", "graph_safe"])

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention.host_reads import GraphSafeError, graph_safe, graph_safe_active, has_padding, per_batch
+from attention.graph_safe import GraphSafeError, graph_safe, graph_safe_active, has_padding, per_batch
 from attention.registry import variant_names
 from tests.graph_safe import compiled_step, graph_breaks, step_under_forbidden_syncs
 

@@ -40,7 +40,7 @@ from torch import Tensor
 from attention import sinkhorn as sinkhorn_module
 from attention.base import Mixer
 from attention.clustered import hash_queries
-from attention.host_reads import graph_safe
+from attention.graph_safe import graph_safe
 from attention.registry import build_mixer, variant_names
 
 ALPHA = 1e-6          # a p-value below it fails

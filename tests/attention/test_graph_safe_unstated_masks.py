@@ -1,7 +1,7 @@
 """Graph-safe forwards whose padding the host did not state (issue 38).
 
-Graph-safe mode never reads a mask: :func:`attention.host_reads.has_padding` answers the host's
-statement (:func:`attention.host_reads.batch_padding`) or, unstated, "padded" (the masked path,
+Graph-safe mode never reads a mask: :func:`attention.graph_safe.has_padding` answers the host's
+statement (:func:`attention.graph_safe.batch_padding`) or, unstated, "padded" (the masked path,
 right for any mask). A graph-safe ``has_padding`` that answered "not padded" for an unstated mask
 would give padded keys weight wherever the network derives a mask and nobody restates it. The
 network derives three: CLS pooling's prepended token, Memformer's segments, retrieval's two

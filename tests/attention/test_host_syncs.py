@@ -3,7 +3,7 @@
 Counted by :mod:`tests.host_syncs` (a dispatch-level spy: ``.item()``/``bool()``, ``.tolist()``,
 ``nonzero``, ``unique``, ``bincount``, tensors built from host data, ...) on a 2-layer network, with
 the device branches of the attention code switched to the accelerator's
-(:func:`attention.host_reads.accelerator_branches`) and the padding known on the host, as
+(:func:`attention.graph_safe.accelerator_branches`) and the padding known on the host, as
 ``LRAModule`` knows it. Every remaining sync is named and justified in its variant's docstring.
 Before this was pinned (issue 26) the same count on a padded batch gave 2 (most variants), 4 (softmax, linformer,
 sinkhorn, routing, clustered), 6 (adamra, abc_rd), 28 (bigbird) and 16 / 32 (memformer / MRBP).
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention.host_reads import accelerator_branches, batch_padding, has_padding, host_reads_free
+from attention.graph_safe import accelerator_branches, batch_padding, has_padding, host_reads_free
 from attention.registry import build_mixer, variant_names
 from models.module import LRAModule
 from tests.attention_harness import float64_inputs
@@ -125,7 +125,7 @@ def test_the_module_reads_the_padding_on_the_host_and_the_network_believes_it(pa
 
 # The device branches that do not go through host_reads_free, each with why it may not.
 DEVICE_BRANCHES_ALLOWED = {
-    "attention/host_reads.py": "the switch itself",
+    "attention/graph_safe.py": "the switch itself",
     "attention/synthesizer.py": "which device's free memory to ask (no host read of tensor data)",
     "models/module.py": "reads the padding only while the batch is still on the host",
 }
@@ -137,5 +137,5 @@ def test_every_device_branch_goes_through_the_switch():
     branch = re.compile(r"device\.type\s*[!=]=|\.is_cuda\b")
     found = {str(p.relative_to(root)) for d in ("attention", "models") for p in (root / d).glob("*.py")
              if any(branch.search(line.split("#")[0]) for line in p.read_text().splitlines())}
-    assert found <= DEVICE_BRANCHES_ALLOWED.keys(), (f"device branches outside attention.host_reads.host_reads_free: "
+    assert found <= DEVICE_BRANCHES_ALLOWED.keys(), (f"device branches outside attention.graph_safe.host_reads_free: "
                                                      f"{sorted(found - DEVICE_BRANCHES_ALLOWED.keys())}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention.host_reads import graph_safe_active
+from attention.graph_safe import graph_safe_active
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx, softmax_reference
 from tests.reference import baselines as ref
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention.host_reads import graph_safe_active
+from attention.graph_safe import graph_safe_active
 from attention.performer import orthogonal_gaussian
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer
 from tests.attention.test_reference_baselines import CASES, F64, IDS, inputs

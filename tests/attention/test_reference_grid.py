@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from attention.host_reads import graph_safe_active
+from attention.graph_safe import graph_safe_active
 from attention.performer import orthogonal_gaussian
 from attention.registry import build_mixer
 from attention.shell import MultiHeadAttention

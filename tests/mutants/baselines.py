@@ -153,7 +153,8 @@ MUTANTS = [
            "excluded = ((a - c).abs() <= w) | (c == 0) | (c >= last[..., None, None]) | (c >= 4)",
            "known port defect: random blocks drawn only from the first blocks", ref("bigbird")),
     Mutant("baselines-bigbird-last-block-not-global", "attention/bigbird.py",
-           "glob = (torch.arange(2, device=dev) * (nb - 1))", "glob = (torch.arange(2, device=dev) * 0)",
+           "torch.broadcast_tensors(torch.zeros_like(lst), lst)",
+           "torch.broadcast_tensors(torch.zeros_like(lst), torch.zeros_like(lst))",
            "the last block is not read as a global block", ref("bigbird")),
     # ------------------------------------------------------------------ local / longformer / sparse
     Mutant("baselines-local-window-crosses-sequences", "attention/local.py",

@@ -42,7 +42,7 @@ MUTANTS = [
            "routing's commitment loss averaged per rank: DDP weighs the ranks' tokens unequally",
            (f"{DDP}[routing]",)),
     # ------------------------------------------------------------------ host syncs
-    Mutant("gpu-padding-read-per-layer", "attention/host_reads.py",
+    Mutant("gpu-padding-read-per-layer", "attention/graph_safe.py",
            'return per_batch(mask, "padded", lambda: not bool(mask.all()))', "return not bool(mask.all())",
            "padding read from the device by every layer and segment (a host sync each)",
            (f"{SYNCS}[memformer-mrbp]",)),

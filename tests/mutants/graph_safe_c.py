@@ -1,7 +1,8 @@
 """Bugs in the graph-safe branches of BigBird and clustered attention, and in the graph-safe switch
 and draws every variant shares (issue 25). Most BigBird ones live in code only graph-safe runs take,
 so only the ``graph_safe`` runs of the reference tests (the ``attention_mode`` fixture) can kill
-them; the random candidates are shared with the eager plan, so both modes see that one."""
+them; the random candidates and (since issue 35) the key-block tables are shared with the eager
+plan, so both modes see those."""
 from tests.mutants import Mutant
 
 BIGBIRD = ("tests/attention/test_reference_baselines.py::test_bigbird_equals_reference",
@@ -28,7 +29,7 @@ MUTANTS = [
            "        self.draws = self.draws + 0\n",
            "graph-safe training draws never advance: the same planes, features and noise every step",
            CLUSTERED + ("tests/attention/test_graph_safe.py::test_counter_draws_advance_in_training_and_repeat_in_eval",)),
-    Mutant("graph-safe-has-padding-reads-unpadded", "attention/host_reads.py",
+    Mutant("graph-safe-has-padding-reads-unpadded", "attention/graph_safe.py",
            "                return batch.facts.get(\"padded\", True)\n        return True",
            "                return batch.facts.get(\"padded\", False)\n        return False",
            "graph-safe mode answers 'no padding' when nobody stated it: padded keys get weight",
@@ -50,13 +51,13 @@ MUTANTS += [
            (f"{STATE}::test_performer_features_redrawn_every_interval_training_steps_never_at_eval",
             "tests/attention/test_reference_grid.py::test_performer_grid")),
     Mutant("graph-safe-sinkhorn-sorted-rows-not-normalised", "attention/sinkhorn.py",
-           "        return torch.cat([own, mix * inv[..., None]], dim=3)",
-           "        return torch.cat([own, mix], dim=3)",
+           "    return torch.cat([own, mix * inv[..., None]], dim=3)",
+           "    return torch.cat([own, mix], dim=3)",
            "graph-safe Sinkhorn uses the sorted mixture sum, not its conditional mean",
            ("tests/attention/test_reference_baselines.py::test_sinkhorn_equals_reference",)),
     Mutant("graph-safe-nystromformer-conv-frame-shifted", "attention/nystromformer.py",
-           "        return F.pad(rows, (0, 0, 1, 1))",
-           "        return F.pad(rows, (0, 0, 2, 0))",
+           "    return F.pad(rows, (0, 0, 1, 1))",
+           "    return F.pad(rows, (0, 0, 2, 0))",
            "graph-safe Nystromformer's skip convolution reads its blocks one block off",
            ("tests/attention/test_reference_baselines.py::test_nystromformer_equals_reference",)),
 ]

@@ -17,15 +17,15 @@ CLUSTERED = (f"{DIST}::test_clustered_hash_bits_follow_the_angle",)
 PERFORMER = (f"{DIST}::test_performer_features_orthogonal_with_chi_norms_and_uniform_directions",)
 SINKHORN = (f"{DIST}::test_sinkhorn_gumbel_noise_is_standard_gumbel",)
 MUTANTS = [
-    Mutant("graph-safe-d-abc-rd-slots-rounded", "attention/abc.py",
-           "            table = (u * self.memory_size).long().clamp_max(self.memory_size - 1)",
-           "            table = torch.round(u * (self.memory_size - 1)).long()",
-           "ABC_RD's graph-safe slot round((m - 1) u) instead of floor(m u): both end slots are drawn "
-           "half as often as the others", ABC),
-    Mutant("graph-safe-d-adamra-router-rounded", "attention/adamra.py",
-           "            table = (u * self.n_routed).long().clamp_max(self.n_routed - 1)",
-           "            table = (u * self.n_routed).round().long().clamp_max(self.n_routed - 1)",
-           "the graph-safe random router rounds H u: the first head gets half its queries, the last "
+    Mutant("graph-safe-d-abc-rd-slots-rounded", "attention/base.py",
+           "            return (u * high).long().clamp_max(high - 1)",
+           "            return torch.round(u * (high - 1)).long()",
+           "ABC_RD's graph-safe slot (Mixer.randint) round((m - 1) u) instead of floor(m u): both end "
+           "slots are drawn half as often as the others", ABC),
+    Mutant("graph-safe-d-adamra-router-rounded", "attention/base.py",
+           "            return (u * high).long().clamp_max(high - 1)",
+           "            return (u * high).round().long().clamp_max(high - 1)",
+           "the graph-safe random router (Mixer.randint) rounds H u: the first head gets half its queries, the last "
            "one and a half times", ADAMRA),
     Mutant("graph-safe-d-bigbird-window-exclusion-off-by-one", "attention/bigbird.py",
            "        excluded = ((a - c).abs() <= w) | (c == 0)",
@@ -73,14 +73,14 @@ MUTANTS = [
            "            logits = logits + torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6)))",
            "Gumbel noise with the wrong sign: log(-log u) is the mirrored Gumbel (a long left tail)",
            SINKHORN),
-    Mutant("graph-safe-d-has-padding-unstated-reads-unpadded", "attention/host_reads.py",
+    Mutant("graph-safe-d-has-padding-unstated-reads-unpadded", "attention/graph_safe.py",
            "                return batch.facts.get(\"padded\", True)",
            "                return batch.facts.get(\"padded\", False)",
            "a graph-safe has_padding answers 'not padded' for a batch mask the host did not state "
            "(network(ids, mask), as the bench calls it): padded keys get weight behind the CLS "
            "prepend, in both documents of a retrieval batch, in every variant with an unpadded "
            "fast path", UNSTATED),
-    Mutant("graph-safe-d-nested-off-switches-off", "attention/host_reads.py",
+    Mutant("graph-safe-d-nested-off-switches-off", "attention/graph_safe.py",
            "    _STATE.graph_safe = on or before",
            "    _STATE.graph_safe = on",
            "the network's graph_safe(False) switches off the enclosing graph-safe block of its caller: "

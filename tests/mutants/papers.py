@@ -33,8 +33,8 @@ MUTANTS = [
            "eval routing drawn per row: a sequence's output depends on its batch",
            (f"{T_ADAMRA}::test_eval_output_of_a_sequence_does_not_depend_on_the_batch",)),
     Mutant("papers-adamra-random-train-by-padded-shape", ADAMRA,
-           "torch.randint(0, self.n_routed, shape, generator=self.generator(mask.device), device=mask.device)",
-           "torch.randint(0, self.n_routed, (rows, n), generator=self.generator(mask.device), device=mask.device).T",
+           "self.randint(self.n_routed, (max(n, self.max_len), rows), mask.device)",
+           "self.randint(self.n_routed, (rows, n), mask.device).T",
            "training routes drawn row-major over the padded shape: padding changes real tokens' heads",
            ("tests/attention/test_attention_contract.py::test_padded_length_invariance_train",)),
     # ABC

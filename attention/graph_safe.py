@@ -1,8 +1,22 @@
-"""Where attention code reads a device value on the host, and how it avoids reading it twice.
+"""The graph-safe switch, and the host reads of attention code it rules out.
 
 On an accelerator every host read of a device value (``bool(t)``, ``.item()``, ``.tolist()``, a
-data-dependent shape) waits for the device queue to drain: a *host sync*. Two rules keep them rare:
+data-dependent shape) waits for the device queue to drain: a *host sync*. A traced graph
+(``torch.compile``) cannot have one at all. This module owns the switch between the two regimes
+and the rules that keep host reads rare:
 
+* **Graph-safe mode reads nothing.** Inside :func:`graph_safe` (``model.graph_safe=true``) and
+  whenever ``torch.compile`` traces the code (:func:`graph_safe_active`), :func:`host_reads_free`
+  is False, :func:`has_padding` answers from the host's statement or "padded", and
+  :func:`per_batch` refuses: a variant then runs branches whose shapes depend only on ``max_len``
+  and its config, and draws its randomness with counter-based tensors
+  (:mod:`attention.counter_random`), so ``torch._dynamo`` sees one graph with no host read
+  (``tests/attention/test_graph_safe.py`` counts the breaks and forbids every sync). Variants do
+  not ask the switch for the common cases: random draws go through :meth:`Mixer.rand`,
+  :meth:`Mixer.randn` and :meth:`Mixer.randint <attention.base.Mixer.randint>`, and a fused
+  autograd Function with a plain-ops reference goes through :func:`fused_unless_graph_safe`. Only
+  a plan whose eager shape is data-dependent (AdaMRA's routing groups, BigBird's per-length plans,
+  Performer's redraw step) asks :func:`graph_safe_active` to take its static-shape branch.
 * **Padding is decided once per batch.** Whether a batch has padding decides fast paths in many
   variants (skip the key bias, skip zeroing padded rows). The network states it once per batch with
   :func:`batch_padding` (the LightningModule reads it on the host before the batch reaches the
@@ -17,12 +31,22 @@ data-dependent shape) waits for the device queue to drain: a *host sync*. Two ru
   the accelerator's branches on CPU with :func:`accelerator_branches`, which makes it answer False,
   so the code an accelerator runs is the code the tests run, on the same values.
 
-* **Graph-safe mode reads nothing.** Inside :func:`graph_safe` (``model.graph_safe=true``) and
-  whenever ``torch.compile`` traces the code, :func:`host_reads_free` is False, :func:`has_padding`
-  answers from the host's statement or "padded", and :func:`per_batch` refuses: a variant then runs
-  branches whose shapes depend only on ``max_len`` and its config, and draws its randomness with
-  counter-based tensors (:mod:`attention.counter_random`), so ``torch._dynamo`` sees one graph with
-  no host read (``tests/attention/test_graph_safe.py`` counts the breaks and forbids every sync).
+**Why the padding fact is stated beside the mask, not carried by it** (issue 35 weighed both).
+fast-transformers passes mask objects (``LengthMask``) that carry their lengths. Here the mixer
+contract takes a plain bool ``[B, N]`` tensor (every variant under ``conf/attention/``, the shell,
+the contract and reference tests, the bench's peers), and the fact stays a statement per batch,
+looked up by mask identity, because:
+
+* a mask type would change every variant, test and peer for a fact that a few call sites read;
+  a ``Tensor`` subclass instead would have to be made traceable for ``torch.compile``, and every
+  op that derives a mask (padding to a block multiple, a group's rows, a segment, the CLS column)
+  drops its attribute, just as a derived mask misses a statement made for another object;
+* where a derived mask keeps the fact, the code that derives it says so in one line either way
+  (Memformer restates it per segment with :func:`batch_padding`; a mask object would be re-wrapped);
+  where nobody says, the answer is still correct: one read in eager mode, "padded" in graph-safe
+  mode (``tests/attention/test_graph_safe_unstated_masks.py``);
+* other facts read once per batch (:func:`per_batch`: BigBird's plan lengths) need a per-batch
+  scope that every layer reaches, which the block is.
 
 ``tests/host_syncs.py`` counts the host syncs of a training step per variant on the accelerator's
 branches; ``tests/attention/test_host_syncs.py`` pins the counts.
@@ -80,6 +104,16 @@ def graph_safe(on: bool = True) -> Iterator[None]:
         yield
     finally:
         _STATE.graph_safe = before
+
+
+def fused_unless_graph_safe(fused: Callable[..., T], reference: Callable[..., T]) -> Callable[..., T]:
+    """One op from two implementations with the same values: ``fused`` (a custom autograd Function's
+    ``apply``, or code writing through ``out=`` views: fewer temporaries) in eager mode, and
+    ``reference`` (plain autograd ops, which ``torch.compile`` traces) in graph-safe mode. The mode
+    is asked at each call, not when the op is made."""
+    def op(*args: Any) -> T:
+        return (reference if graph_safe_active() else fused)(*args)
+    return op
 
 
 def host_reads_free(t: Tensor) -> bool:
