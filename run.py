@@ -46,7 +46,7 @@ def dispatch(cfg: DictConfig) -> Any:
 
         return run(cfg)
     if cfg.mode == "bench":
-        from lra.bench.harness import run_bench
+        from lra.bench.cli import run_bench
 
         return run_bench(cfg)  # checks its own settings first (lra.bench.harness.check_settings)
     if cfg.mode == "report":

@@ -43,9 +43,9 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            # "from lra import x" names a module of lra: count it as lra.x
-            found += [(node.lineno, f"{node.module}.{a.name}" if node.module == "lra" else node.module)
-                      for a in node.names]
+            # "from lra import x" may name a module (lra.x): keep the name, _module_of finds the module
+            ours = node.module.split(".")[0] in ("lra", *MODEL_SIDE)
+            found += [(node.lineno, f"{node.module}.{a.name}" if ours else node.module) for a in node.names]
     return found
 
 
@@ -89,3 +89,68 @@ def test_the_checker_sees_a_crossing(tmp_path: Path) -> None:
     found = [layer_of(m) for _, m in imports_of(bad)]
     assert found == ["report", "training"]
     assert not {"report", "training"} <= MAY_IMPORT["data"]
+
+
+def _module_of(name: str) -> str | None:
+    """The longest prefix of ``name`` that is a module of ours ('lra.bench.harness.measure' -> 'lra.bench.harness')."""
+    parts = name.split(".")
+    while parts:
+        base = ROOT.joinpath(*parts)
+        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+            return ".".join(parts)
+        parts.pop()
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Our modules (lra/, models/, attention/) and the modules of ours each imports, lazy imports included."""
+    graph: dict[str, set[str]] = {}
+    for top in ("lra", *sorted(MODEL_SIDE)):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            targets = {_module_of(m) for _, m in imports_of(path) if m.split(".")[0] in ("lra", *MODEL_SIDE)}
+            graph[name] = {t for t in targets if t and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    """Not even through an import inside a function: a cycle means two modules each need the other."""
+    assert cycles(import_graph()) == []
+
+
+def test_the_checker_sees_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

@@ -5,6 +5,18 @@ dispatch lives here so that the imports point one way: peers uses the harness, n
 from __future__ import annotations
 
 import sys
+from typing import Any
+
+
+def run_bench(cfg: Any) -> dict[str, Any]:
+    """``run.py mode=bench``: the approximation map (its own records) or the harness's measurements."""
+    if cfg.bench.get("protocol") == "approximation":
+        from lra.bench.approximation import run_from_config
+
+        return run_from_config(cfg)
+    from lra.bench.harness import run_bench as measure_lengths
+
+    return measure_lengths(cfg)
 
 
 def main(argv: list[str] | None = None) -> int:

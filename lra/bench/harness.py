@@ -407,10 +407,6 @@ def run_bench(cfg: Any) -> dict[str, Any]:
 
     from lra.records import RunRecord
 
-    if cfg.bench.get("protocol") == "approximation":  # the approximation map (issue 37): its own records
-        from lra.bench.approximation import run_from_config
-
-        return run_from_config(cfg)
     name = str(cfg.attention_name)
     meta, specs = plan(cfg, name)
     record = RunRecord(cfg.paths.results_dir, mode="bench", task=meta["task"], attention=name, seed=int(cfg.seed),
