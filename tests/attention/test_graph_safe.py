@@ -7,12 +7,13 @@ training mode, :mod:`tests.graph_safe`):
 * a graph-safe training forward and backward makes no host sync (the first one raises, naming its
   line: ``.item()``, ``bool()``, ``.tolist()``, data-dependent shapes, host-built tensors);
 * ``torch.compile(fullgraph=True, dynamic=False)`` runs two training steps whose loss and gradients
-  match the same graph-safe network run eagerly (float32 tolerances of the contract tests). Every
-  config is compiled with ``aot_eager_decomp_partition`` (the graph capture, functionalisation,
-  decompositions and forward/backward partition Inductor gets, run by eager kernels; plain
-  ``aot_eager`` hits a PyTorch stride bug in the traced backward of ``elu`` under a transpose);
-  one config per attention module with Inductor, the backend ``trainer.compile`` uses, which
-  generates C++ on CPU (2-18 s per config, measured in a full run).
+  match the same graph-safe network run eagerly (float32 tolerances of the contract tests). Each
+  (config, padding) pair is compiled once: the padded batch of one config per attention module
+  with Inductor, the backend ``trainer.compile`` uses, which generates C++ on CPU (2-18 s per
+  config, measured in a full run); every other pair with ``aot_eager_decomp_partition`` (the graph
+  capture, functionalisation, decompositions and forward/backward partition Inductor gets, run by
+  eager kernels; plain ``aot_eager`` hits a PyTorch stride bug in the traced backward of ``elu``
+  under a transpose).
 
 The float64 reference tests run in both modes (``attention_mode`` in ``conftest.py``).
 """
@@ -66,8 +67,8 @@ def _assert_matches(name: str, padded: bool, backend: str) -> None:
                                        msg=lambda m, key=key: f"{name} step {step} grad {key}: {m}")
 
 
-# The padded batch of an INDUCTOR config is compiled by Inductor below: the same capture, decompositions
-# and partition, then generated code instead of eager kernels (and on CPU no slower once warm).
+# The padded batch of an INDUCTOR config is compiled by Inductor below (same capture, decompositions
+# and partition, then generated code; on CPU no slower once warm), so it is not compiled here again.
 AOT_CASES = [pytest.param(n, padded, id=f"{n}-{'padded' if padded else 'unpadded'}")
              for n in CONFIGS for padded in (True, False) if not (padded and n in INDUCTOR)]
 
