@@ -44,6 +44,7 @@ def _one_thread():
     torch._dynamo.reset()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("padded", PADDING)
 @pytest.mark.parametrize("name", CONFIGS)
 def test_no_graph_breaks(name: str, padded: bool) -> None:
@@ -73,6 +74,7 @@ AOT_CASES = [pytest.param(n, padded, id=f"{n}-{'padded' if padded else 'unpadded
              for n in CONFIGS for padded in (True, False) if not (padded and n in INDUCTOR)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,padded", AOT_CASES)
 def test_fullgraph_compile_matches_eager(name: str, padded: bool) -> None:
     _assert_matches(name, padded, "aot_eager_decomp_partition")

@@ -74,6 +74,7 @@ def test_train_step_measurement_in_process():
     assert r["parameters"]["attention"] == 4 * (32 * 32 + 32)  # tiny: d 32, 1 layer, softmax has no own params
 
 
+@pytest.mark.slow
 def test_isolated_memory_is_per_measurement_and_honest():
     """A mixer that allocates 96 MiB more must show ~96 MiB more peak; each in a fresh process."""
     target = f"{__name__}.BallastMixer"

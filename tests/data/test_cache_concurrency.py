@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 
 import numpy as np
+import pytest
 
 from lra.data.cache import is_complete
 from lra.data.listops import ListOpsDataModule
@@ -19,6 +20,7 @@ def _prepare(data_dir: str, queue) -> None:
     queue.put(np.asarray(dm.datasets["train"].labels).tolist())
 
 
+@pytest.mark.slow
 def test_concurrent_prepare_is_safe(tmp_path):
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

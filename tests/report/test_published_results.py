@@ -22,6 +22,7 @@ def test_results_ships_a_published_folder():
     assert [p.name for p in PUBLISHED] == ["approximation-cpu", "xiong2021-listops-cpu"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", PUBLISHED, ids=lambda p: p.name)
 def test_the_committed_report_is_rebuilt_byte_for_byte(folder, tmp_path):
     run_cli(["mode=report", f"report.results_dir={folder}", f"report.out_dir={tmp_path}"], tmp_path)

@@ -328,6 +328,7 @@ def snapshot(root: Path) -> dict[str, bytes]:
     return {str(f.relative_to(root)): f.read_bytes() for f in files}
 
 
+@pytest.mark.slow
 def test_end_to_end_train_bench_report(cli):
     """experiment=quick, two variants, two seeds, shrunk to seconds: the shrinking overrides make
     them custom runs of protocol quick, with intervals, length buckets and curves (two seeds: no test)."""
