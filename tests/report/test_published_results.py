@@ -19,7 +19,7 @@ def report_files(folder: Path) -> dict[str, bytes]:
 
 
 def test_results_ships_a_published_folder():
-    assert [p.name for p in PUBLISHED] == ["approximation-cpu", "xiong2021-listops-cpu"]
+    assert [p.name for p in PUBLISHED] == ["approximation-cpu", "efficiency-h200", "xiong2021-listops-cpu", "xiong2021-listops-h200"]
 
 
 @pytest.mark.slow
