@@ -1,12 +1,14 @@
 #!/bin/bash
 # The CUDA checks of a GPU session in one command (docs/testing.md, "On a GPU"). CI never runs this.
-#   bash tests/gpu_check.sh [bench] [tests] [devruns] [compile]     (no argument: the first three)
-# Logs, JUnit XML and a tarball of the run records go to $OUT (default /tmp/lra-gpu-check/out). Stages:
+#   bash tests/gpu_check.sh [bench] [tests] [devruns] [compile] [listops]   (no argument: the first three)
+# Logs, JUnit XML and a tarball of the run records and run logs go to $OUT (default $RES/out). Stages:
 #   bench    AdaMRA Table 2 alone on the GPU (in-process: the CUDA peak is reset per measurement)
 #   tests    the float64 reference and contract tests on CUDA; -v names each result as it comes, so a
 #            run cut by its timeout still names its failures (grep FAILED cuda_tests.log)
 #   devruns  a fast_dev_run of every variant, float32 and bf16-mixed, side by side
 #   compile  Table 2 at 4K with bench.compile=true for softmax and the launch-bound variants
+#   listops  resumes the interrupted runs of results/xiong2021-listops-h200 (and starts any of $RUNS
+#            not there), in parallel, for at most $LISTOPS_S seconds; SIGTERM then leaves last.ckpt
 # Measured on an H200 (2026-11-28): bench 46 s; the tests did not finish in 170 s at -n 4 beside eight
 # training runs; devruns 74 s for both precisions.
 set -u
@@ -44,7 +46,18 @@ for stage in $stages; do
       LRA_RESULTS_DIR=$RES/compile timeout 420 python3 run.py -m experiment=efficiency bench.isolate=false \
         bench.compile=true 'bench.lengths=[4096]' attention=softmax,adamra_t2a,nystromformer,linear \
         hydra.sweep.dir=$RES/multirun/compile > "$OUT/compile.log" 2>&1 ;;
-    *) echo "unknown stage '$stage' (valid: bench tests devruns compile)" >&2; exit 2 ;;
+    listops)
+      dir=results/xiong2021-listops-h200; pids=""
+      for run in ${RUNS:-softmax nystromformer reformer adamra bigbird}; do   # name or name:seed
+        a=${run%%:*}; seed=0; [ "$run" != "$a" ] && seed=${run#*:}
+        LRA_RESULTS_DIR=$dir LRA_CHECKPOINT_DIR=$dir/checkpoints timeout -s TERM ${LISTOPS_S:-480} \
+          python3 run.py experiment=xiong2021 task=listops attention=$a seed=$seed trainer=gpu \
+          trainer.enable_progress_bar=false > "$RES/listops-$a-s$seed.log" 2>&1 &
+        pids="$pids $!"
+      done
+      wait $pids
+      tar czf - $dir/runs $dir/checkpoints | split -b 15m -d - "$OUT/listops.tgz.part" ;;  # cat the parts | tar xzf -
+    *) echo "unknown stage '$stage' (valid: bench tests devruns compile listops)" >&2; exit 2 ;;
   esac
   mark "$stage rc=$?"
 done
