@@ -324,6 +324,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             _sync(device)
             times.append(time.perf_counter() - t0)
         peak = meter.peak_mb() - meter.file_mb()
+        dispatches = count_dispatches(step, device)
     except (torch.OutOfMemoryError, MemoryError) as e:
         return out | {"status": "oom", "error": str(e)[:500]}
     except Exception as e:  # a variant failing at one length must not stop the others
@@ -334,8 +335,27 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         "status": "ok", "ms": ms, "ms_min": 1000.0 * min(times), "ms_all": [1000.0 * t for t in times],
         "examples_per_s": spec["batch_size"] / (ms / 1000.0), "tokens_per_s": tokens / (ms / 1000.0),
         "peak_mb": max(0.0, peak - baseline), "peak_process_mb": peak, "baseline_mb": baseline,
-        "parameters": count_parameters(model),
+        "parameters": count_parameters(model), "dispatches": dispatches,
     }
+
+
+def count_dispatches(step: Callable[[], None], device: torch.device) -> dict[str, int]:
+    """Operator calls of one more step, profiled after the timed ones (so no timed step pays for the
+    profiler): what makes a small step slower than its arithmetic. ``aten_leaf_calls``: aten operators
+    that call no other aten operator, i.e. one dispatch each (views included, which launch nothing);
+    on CUDA also ``kernel_launches``, the runtime's launch calls. A compiled step fuses most of them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        step()
+        _sync(device)
+    events = prof.events()
+    aten = [e for e in events if e.name.startswith("aten::")]
+    counts = {"aten_leaf_calls": sum(1 for e in aten if not any(c.name.startswith("aten::") for c in e.cpu_children))}
+    if device.type == "cuda":
+        counts["kernel_launches"] = sum(1 for e in events if "LaunchKernel" in e.name)
+    return counts
 
 
 # glibc hands every allocation over 32 MB a fresh mmap and returns it at free, so at 4K tokens each
@@ -395,7 +415,8 @@ def _line(name: str, r: dict[str, Any]) -> str:
     if r.get("status") != "ok":
         return f"{name} N={r['length']}: {r.get('status')} ({r.get('error', '')[:200]})"
     return (f"{name} N={r['length']}: {r['ms']:.1f} ms/step, {r['examples_per_s']:.2f} examples/s, "
-            f"peak {r['peak_mb']:.1f} MB ({r['memory_method']})")
+            f"peak {r['peak_mb']:.1f} MB ({r['memory_method']})"
+            + "".join(f", {v} {k.replace('_', ' ')}" for k, v in r.get("dispatches", {}).items()))
 
 
 # ---------------------------------------------------------------------------------------------

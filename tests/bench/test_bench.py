@@ -193,3 +193,20 @@ def test_cli_refuses_bad_arguments_in_argparse_words(capsys):
         with pytest.raises(SystemExit) as info:
             bench.main(argv)
         assert info.value.code == 2 and needle in capsys.readouterr().err
+
+
+def test_dispatch_counts_are_recorded_and_tell_launch_bound_variants_apart():
+    """One profiled step after the timed ones counts the operators a step dispatches: a count, the
+    same on every measurement, and AdaMRA's eager step dispatches several times softmax's (why it is
+    launch-bound on a GPU at Table 2's sizes: results/efficiency-h200/README.md)."""
+    counts = {}
+    for name in ("softmax", "adamra_t2a", "adamra_t2a"):
+        _, specs = bench.plan(compose("model=tiny", "bench.lengths=[32]", "bench.repeats=1", "bench.warmup=1",
+                                      "bench.threads=1", f"attention={name}"), name)
+        r = bench.measure(specs[0])
+        assert r["status"] == "ok", r
+        assert set(r["dispatches"]) == {"aten_leaf_calls"}  # CPU: no kernel launches to count
+        assert f"{r['dispatches']['aten_leaf_calls']} aten leaf calls" in bench._line(name, r)
+        counts.setdefault(name, []).append(r["dispatches"]["aten_leaf_calls"])
+    assert counts["adamra_t2a"][0] == counts["adamra_t2a"][1]
+    assert counts["adamra_t2a"][0] > 2 * counts["softmax"][0] > 0, counts
