@@ -36,6 +36,9 @@ Choices, written down:
   subprocess, so no measurement inherits allocator state or a high-water mark from another; with
   ``isolate=false`` measurements share this process (baseline subtracted, but memory the allocator
   kept from an earlier measurement can hide part of a later one's peak).
+* Dispatches: one more step, profiled after the timed ones, counts the operators it dispatches
+  (``dispatches``: aten leaf calls; kernel launches on CUDA). At small sizes on a GPU a step costs
+  what its operator calls cost, so this says why a variant is slower than its arithmetic.
 * A measurement that fails (out of memory, a variant error, timeout) is recorded with its status
   and the others go on; the record is ``failed`` only when every measurement failed.
 """
@@ -324,7 +327,10 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             _sync(device)
             times.append(time.perf_counter() - t0)
         peak = meter.peak_mb() - meter.file_mb()
-        dispatches = count_dispatches(step, device)
+        try:   # a diagnostic: a profiler that fails must not cost the measurement
+            dispatches: dict[str, Any] = count_dispatches(step, device)
+        except Exception as e:
+            dispatches = {"error": f"{type(e).__name__}: {e}"[:200]}
     except (torch.OutOfMemoryError, MemoryError) as e:
         return out | {"status": "oom", "error": str(e)[:500]}
     except Exception as e:  # a variant failing at one length must not stop the others
@@ -343,7 +349,7 @@ def count_dispatches(step: Callable[[], None], device: torch.device) -> dict[str
     """Operator calls of one more step, profiled after the timed ones (so no timed step pays for the
     profiler): what makes a small step slower than its arithmetic. ``aten_leaf_calls``: aten operators
     that call no other aten operator, i.e. one dispatch each (views included, which launch nothing);
-    on CUDA also ``kernel_launches``, the runtime's launch calls. A compiled step fuses most of them."""
+    on CUDA also ``kernel_launches``, the runtime's launch calls. A compiled step dispatches fewer."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -416,7 +422,7 @@ def _line(name: str, r: dict[str, Any]) -> str:
         return f"{name} N={r['length']}: {r.get('status')} ({r.get('error', '')[:200]})"
     return (f"{name} N={r['length']}: {r['ms']:.1f} ms/step, {r['examples_per_s']:.2f} examples/s, "
             f"peak {r['peak_mb']:.1f} MB ({r['memory_method']})"
-            + "".join(f", {v} {k.replace('_', ' ')}" for k, v in r.get("dispatches", {}).items()))
+            + "".join(f", {v} {k.replace('_', ' ')}" for k, v in r.get("dispatches", {}).items() if isinstance(v, int)))
 
 
 # ---------------------------------------------------------------------------------------------
