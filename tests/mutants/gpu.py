@@ -1,4 +1,5 @@
-"""Bugs that only a GPU or a cluster would show: CUDA autocast's dtypes, DDP, host syncs (issue 26).
+"""Bugs that only a GPU or a cluster would show: CUDA autocast's dtypes, DDP, host syncs (issue 26),
+and the bench's dispatch counts, which say why a small step is slow on a GPU.
 
 The CUDA-autocast emulation (``tests/cuda_autocast.py``), the two-process DDP comparison and the
 host-sync counts (``tests/host_syncs.py``) must each catch theirs."""
@@ -10,6 +11,7 @@ CUDA = "tests/attention/test_attention_cuda_autocast.py::test_training_under_cud
 DDP = "tests/attention/test_attention_ddp.py::test_ddp_equals_one_process_on_the_global_batch"
 SYNCS = "tests/attention/test_host_syncs.py::test_host_syncs_per_training_step"
 ENC = "models/memory_encoder.py"
+DISPATCH = "tests/bench/test_bench.py::test_dispatch_counts_are_recorded_and_tell_launch_bound_variants_apart"
 
 MUTANTS = [
     # ------------------------------------------------------------------ CUDA autocast
@@ -82,4 +84,13 @@ MUTANTS = [
            "x = block.feed_forward(x + block.dropout(reader(x, mem)))", "x = block.feed_forward(x + reader(x, mem))",
            "the memory read branch escapes the block's dropout (the other branches have it)",
            ("tests/attention/test_attention_memformer.py::test_memory_read_branch_has_the_blocks_dropout",)),
+    # ------------------------------------------------------------------ dispatch counts (bench)
+    Mutant("gpu-bench-profiler-failure-fails-measurement", "lra/bench/harness.py",
+           'dispatches = {"error": f"{type(e).__name__}: {e}"[:200]}', "raise",
+           "a profiler that fails takes the measured time and memory down with it",
+           (DISPATCH,)),
+    Mutant("gpu-bench-dispatches-not-counted", "lra/bench/harness.py",
+           'counts = {"aten_leaf_calls": sum(1 for e in aten if', 'counts = {"aten_leaf_calls": 0 * sum(1 for e in aten if',
+           "the dispatch count records nothing: a launch-bound variant looks like any other",
+           (DISPATCH,)),
 ]
