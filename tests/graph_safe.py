@@ -1,11 +1,12 @@
 """What ``torch.compile`` and a GPU need of a training step, measured on CPU per variant.
 
-* :func:`graph_breaks`: ``torch._dynamo.explain`` of the tiny network's training forward (every
-  layer, the pooling and the head), padded or not: the breaks and their reasons.
+* :func:`compiled_step`: the loss and gradients of ``torch.compile(fullgraph=True)`` of the network
+  against the same step run eagerly in graph-safe mode. ``fullgraph=True`` makes any graph break an
+  error naming its line, so a compile that succeeds has none.
 * :func:`step_under_forbidden_syncs`: a graph-safe training forward and backward that raises at the
   first host sync (:func:`tests.host_syncs.forbid_host_syncs`).
-* :func:`compiled_step`: the loss and gradients of ``torch.compile(fullgraph=True)`` of the network
-  against the same graph-safe step in eager mode (both draw the same counter-based randoms).
+* :func:`graph_breaks`: ``torch._dynamo.explain`` of the training forward: every break and its
+  reason, where a compile stops at the first (the diagnostic below; tests compile instead).
 
     python -m tests.graph_safe                  # breaks per config, padded and unpadded
 """
@@ -54,11 +55,13 @@ def step_under_forbidden_syncs(name: str, padded: bool, **overrides) -> torch.Te
 def compiled_step(name: str, padded: bool, steps: int = 2, backend: str = "inductor", n_layers: int = 1,
                   **overrides) -> list[tuple[torch.Tensor, dict, dict]]:
     """Per step: (eager loss - compiled loss, eager grads, compiled grads) of two identical
-    graph-safe networks, one run eagerly and one compiled as ``trainer.compile`` does it
-    (``fullgraph=True``, static shapes); the second step checks that the state a step leaves
-    (draw counters, centroids, redraws) compiles too."""
+    networks: one built with ``graph_safe=True`` and run eagerly, one built without the flag and
+    compiled as ``trainer.compile`` compiles whatever the flag says (``fullgraph=True``, static
+    shapes), so its trace must be graph-safe by itself
+    (:func:`attention.graph_safe.graph_safe_active`) and have no graph break. The second step checks
+    that the state a step leaves (draw counters, centroids, redraws) compiles too."""
     eager = tiny_network(name, n_layers, graph_safe=True, **overrides).train()
-    compiled = tiny_network(name, n_layers, graph_safe=True, **overrides).train()
+    compiled = tiny_network(name, n_layers, graph_safe=False, **overrides).train()
     compiled.load_state_dict(eager.state_dict())
     torch._dynamo.reset()
     compiled.compile(fullgraph=True, dynamic=False, backend=backend)

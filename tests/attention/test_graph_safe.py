@@ -1,19 +1,24 @@
 """Graph-safe mode, per config: what ``torch.compile`` and a GPU need (issue 25), measured on CPU.
 
-For every config in ``conf/attention/`` and a padded and an unpadded batch (2-layer tiny network,
-training mode, :mod:`tests.graph_safe`):
+For every config in ``conf/attention/`` and a padded and an unpadded batch (tiny network, training
+mode, :mod:`tests.graph_safe`):
 
-* ``torch._dynamo.explain`` of the training forward reports 0 graph breaks;
 * a graph-safe training forward and backward makes no host sync (the first one raises, naming its
   line: ``.item()``, ``bool()``, ``.tolist()``, data-dependent shapes, host-built tensors);
-* ``torch.compile(fullgraph=True, dynamic=False)`` runs two training steps whose loss and gradients
-  match the same graph-safe network run eagerly (float32 tolerances of the contract tests). Each
-  (config, padding) pair is compiled once: the padded batch of one config per attention module
-  with Inductor, the backend ``trainer.compile`` uses, which generates C++ on CPU (2-18 s per
-  config, measured in a full run); every other pair with ``aot_eager_decomp_partition`` (the graph
-  capture, functionalisation, decompositions and forward/backward partition Inductor gets, run by
-  eager kernels; plain ``aot_eager`` hits a PyTorch stride bug in the traced backward of ``elu``
-  under a transpose).
+* ``torch.compile(fullgraph=True, dynamic=False)`` of a network built without the graph-safe flag
+  (as ``trainer.compile`` compiles a default network) has no graph break (``fullgraph=True`` makes
+  the first one an error naming its line) and runs two training steps whose loss and gradients
+  match a graph-safe network run eagerly (float32 tolerances of the contract tests). Each (config,
+  padding) pair is compiled once: the padded batch of one config per attention module with
+  Inductor, the backend ``trainer.compile`` uses, which generates C++ on CPU (2-18 s per config,
+  measured in a full run); every other pair with ``aot_eager_decomp_partition`` (the graph capture,
+  functionalisation, decompositions and forward/backward partition Inductor gets, run by eager
+  kernels; plain ``aot_eager`` hits a PyTorch stride bug in the traced backward of ``elu`` under a
+  transpose).
+
+A separate ``torch._dynamo.explain`` per pair (every break with its reason) was dropped in issue 35:
+the compile already fails at any break, so it proved nothing more for 196 s of CPU; ``python -m
+tests.graph_safe`` still prints it when a compile fails and all the reasons are wanted.
 
 The float64 reference tests run in both modes (``attention_mode`` in ``conftest.py``).
 """
@@ -24,7 +29,7 @@ import torch
 
 from attention.graph_safe import GraphSafeError, graph_safe, graph_safe_active, has_padding, per_batch
 from attention.registry import variant_names
-from tests.graph_safe import compiled_step, graph_breaks, step_under_forbidden_syncs
+from tests.graph_safe import compiled_step, step_under_forbidden_syncs
 
 CONFIGS = variant_names()
 PADDING = [pytest.param(True, id="padded"), pytest.param(False, id="unpadded")]
@@ -44,14 +49,6 @@ def _one_thread():
     torch._dynamo.reset()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("padded", PADDING)
-@pytest.mark.parametrize("name", CONFIGS)
-def test_no_graph_breaks(name: str, padded: bool) -> None:
-    count, reasons = graph_breaks(name, padded)
-    assert (count, reasons) == (0, []), f"{name}: {count} graph breaks: {reasons}"
-
-
 @pytest.mark.parametrize("padded", PADDING)
 @pytest.mark.parametrize("name", CONFIGS)
 def test_no_host_syncs(name: str, padded: bool) -> None:
@@ -59,8 +56,15 @@ def test_no_host_syncs(name: str, padded: bool) -> None:
     assert torch.isfinite(loss)
 
 
+# Memformer's segment loop is unrolled into the graph: two segments of 32 (the second wholly padded
+# for one sample, partly for two) trace the first read of the initial memory and a read of a written
+# one, at a quarter of the eight segments' compile time (29.5 s against 7.4 s for aot_eager).
+COMPILE_SIZES = {"memformer": {"segment_len": 32}}
+
+
 def _assert_matches(name: str, padded: bool, backend: str) -> None:
-    for step, (dloss, eager, compiled) in enumerate(compiled_step(name, padded, backend=backend), 1):
+    steps = compiled_step(name, padded, backend=backend, **COMPILE_SIZES.get(name, {}))
+    for step, (dloss, eager, compiled) in enumerate(steps, 1):
         assert abs(float(dloss)) < 1e-5, f"{name} step {step}: loss differs by {float(dloss):.3g}"
         assert eager.keys() == compiled.keys(), f"{name} step {step}: different parameters got gradients"
         for key in eager:

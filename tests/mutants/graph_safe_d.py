@@ -85,4 +85,11 @@ MUTANTS = [
            "    _STATE.graph_safe = on",
            "the network's graph_safe(False) switches off the enclosing graph-safe block of its caller: "
            "host reads and generator draws come back", SWITCH),
+    Mutant("graph-safe-d-tracing-not-graph-safe", "attention/graph_safe.py",
+           "    return torch.compiler.is_compiling() or _STATE.graph_safe",
+           "    return _STATE.graph_safe",
+           "code traced by torch.compile is graph-safe only when the network was built with the flag: "
+           "trainer.compile of a default network reads the mask on the host, a graph break that "
+           "fullgraph=True turns into an error",
+           ("tests/attention/test_graph_safe.py::test_fullgraph_compile_matches_eager[softmax-unpadded]",)),
 ]
