@@ -5,6 +5,7 @@ pytest-dev/pytest-xdist#1386): every shared fixture is then built on both worker
 for ports. A throwaway suite of two groups runs on two workers here and must keep each group on one."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -30,8 +31,10 @@ def test_second(i):
 @pytest.mark.slow
 def test_loadgroup_keeps_each_group_on_one_worker(tmp_path):
     (tmp_path / "test_grouped.py").write_text(GROUPED)
+    # a pytest of its own: not this run's options or plugins (PYTEST_ADDOPTS), nor its worker's identity
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTEST_XDIST_"))}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
-                           "-v", "test_grouped.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+                           "-v", "test_grouped.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     workers = defaultdict(set)
     for worker, test in re.findall(r"\[(gw\d)\] \[\s*\d+%\] PASSED \S+::(test_\w+)\[", proc.stdout):
