@@ -32,7 +32,7 @@ def test_second(i):
 def test_loadgroup_keeps_each_group_on_one_worker(tmp_path):
     (tmp_path / "test_grouped.py").write_text(GROUPED)
     # a pytest of its own: not this run's options or plugins (PYTEST_ADDOPTS), nor its worker's identity
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "PYTEST_XDIST_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup",
                            "-v", "test_grouped.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -10,8 +10,9 @@ mode, :mod:`tests.graph_safe`):
   the first one an error naming its line) and runs two training steps whose loss and gradients
   match a graph-safe network run eagerly (float32 tolerances of the contract tests). Each (config,
   padding) pair is compiled once: the padded batch of one config per attention module with
-  Inductor, the backend ``trainer.compile`` uses, which generates C++ on CPU (2-18 s per config,
-  measured in a full run); every other pair with ``aot_eager_decomp_partition`` (the graph capture,
+  Inductor, the backend ``trainer.compile`` uses, which generates C++ on CPU (2-18 s per config
+  with a warm compile cache; 23-125 s of CPU, 1261 s for all 17, with an empty one, as on a fresh
+  machine: measured 2026-11-28); every other pair with ``aot_eager_decomp_partition`` (the graph capture,
   functionalisation, decompositions and forward/backward partition Inductor gets, run by eager
   kernels; plain ``aot_eager`` hits a PyTorch stride bug in the traced backward of ``elu`` under a
   transpose).
