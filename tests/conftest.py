@@ -56,10 +56,28 @@ def run_cli(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 
     return proc
 
 
+SESSION_ENV = dict(os.environ)  # before any test's monkeypatch
+
+
+@pytest.fixture(scope="session")
+def run_server():
+    """One run server per worker (:mod:`tests.forkrun`), started at its first use: ``python run.py``
+    without the ~9 s of CPU of a fresh interpreter's imports."""
+    from tests.forkrun import RunServer
+
+    with RunServer(SESSION_ENV) as server:
+        yield server
+
+
 @pytest.fixture
-def cli(tmp_path):
-    def _run(*args: str, **kwargs):
-        return run_cli(list(args), tmp_path, **kwargs)
+def cli(tmp_path, run_server):
+    """``python run.py ARGS`` in ``tmp_path``, forked from the worker's run server with the test's
+    environment as it is now, as :func:`run_cli` would run it. Tests about the interpreter itself
+    (imports, start-up) call :func:`run_cli`."""
+    def _run(*args: str, check: bool = True, env: dict | None = None, timeout: float = 300):
+        full_env = {**os.environ, "WANDB_MODE": "offline", "LRA_DATA_DIR": str(tmp_path / "data"),
+                    "LRA_RESULTS_DIR": str(tmp_path / "results"), **(env or {})}
+        return run_server.run(list(args), tmp_path, env=full_env, check=check, whole_env=True, timeout=timeout)
     _run.cwd = tmp_path
     return _run
 
@@ -71,10 +89,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 
+PER_WORKER = {"run_server"}  # a service each worker starts for itself, not something built once to share
+
+
 def _uses_shared_fixture(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     defs = [d for ds in (info.name2fixturedefs.values() if info else ()) for d in ds]
-    return any(d.baseid and d.scope != "function" for d in defs)  # baseid "": pytest's own (tmp_path_factory)
+    # baseid "": pytest's own (tmp_path_factory)
+    return any(d.baseid and d.scope != "function" and d.argname not in PER_WORKER for d in defs)
 
 
 # The settings grid's size and time (tests/attention/test_reference_grid.py), summed over workers.

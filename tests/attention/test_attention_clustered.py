@@ -97,6 +97,7 @@ def test_matches_dense_reference_per_batch_and_head(name, topk):
     torch.testing.assert_close(mixer(q, k, v, mask, x), dense_reference(q, k, v, mask, labels, topk), **TOL)
 
 
+@pytest.mark.slow
 def test_improved_output_hand_written_backward_matches_autograd_gradcheck():
     """The exact top-k node's backward (eqs. 10-11) against finite differences in float64: padded
     queries and keys, clusters of uneven size (one empty), several slices of chunks, top-k sets that

@@ -74,6 +74,7 @@ SETTINGS = [pytest.param("autocast-shell", torch.bfloat16, id="bf16"),
             pytest.param("autocast", torch.bfloat16, id="bf16-fp32-inputs")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("how", "low"), SETTINGS)
 @pytest.mark.parametrize("name", variant_names())
 def test_training_under_cuda_autocast_matches_float32(cuda_autocast, name, how, low):
@@ -85,6 +86,7 @@ NETWORKS += [pytest.param("memformer", {"mrbp": True}, id="memformer-mrbp"),
              pytest.param("memformer", {"memory": "per_layer", "mrbp": True}, id="memformer-per_layer-mrbp")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("low", LOW)
 @pytest.mark.parametrize(("name", "overrides"), NETWORKS)
 def test_network_trains_a_step_under_cuda_autocast(cuda_autocast, name, overrides, low):
@@ -107,6 +109,7 @@ def test_network_trains_a_step_under_cuda_autocast(cuda_autocast, name, override
         assert g.dtype == torch.float32 and torch.isfinite(g).all(), f"gradient of {k}: {g.dtype}, finite: {torch.isfinite(g).all()}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", ["cuda", "cpu"])
 @pytest.mark.parametrize("low", LOW)
 @pytest.mark.parametrize("memory", ["unified", "per_layer"])

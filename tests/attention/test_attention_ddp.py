@@ -61,6 +61,7 @@ def _same(got, expected, what: str) -> None:
         assert got == expected, what
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("case_id", "name", "overrides"), CASES, ids=[c[0] for c in CASES])
 def test_ddp_equals_one_process_on_the_global_batch(ddp_runs, case_id, name, overrides):
     ranks = []

@@ -51,6 +51,7 @@ def check_case(name: str, case, mode: str) -> None:
     torch.testing.assert_close(out[real], out2[real], atol=1e-4, rtol=1e-3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", variant_names())
 @settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(case=cases())
@@ -58,6 +59,7 @@ def test_fuzz(name, case):
     check_case(name, case, "eval")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", variant_names())
 @settings(max_examples=6, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 @given(case=cases())

@@ -38,6 +38,7 @@ CASES += [pytest.param("memformer", {"mrbp": True}, id="memformer-mrbp"),
           pytest.param("memformer", {"memory": "per_layer", "mrbp": True}, id="memformer-per_layer-mrbp")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "overrides"), CASES)
 def test_host_syncs_per_training_step(name, overrides):
     counts = []

@@ -300,6 +300,7 @@ def family_grid_test(family: str):
     points = [pt for config in FAMILIES[family].configs for pt in grid(config)]
     check = CHECKS.get(family, check_baseline)
 
+    @pytest.mark.slow  # 1402 points, a few minutes: the fast loop runs the defaults' reference tests
     @pytest.mark.parametrize("point", points, ids=[f"{pt.config}-{i}" for i, pt in enumerate(points)])
     def test(point: Point) -> None:
         start = time.perf_counter()

@@ -147,6 +147,7 @@ def points(draw, family: str) -> Point:
     return Point(config, over, heads, n, max_len, tuple(rows), train, extra)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", FUZZED)
 @settings(max_examples=20, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data())

@@ -190,6 +190,7 @@ def test_inputs_temperatures_order_entropy(refs):
     assert refs.get(loc, False)[2]["mass_within_16"] > 0.9
 
 
+@pytest.mark.slow
 def test_protocol_writes_admitted_record(tmp_path, monkeypatch):
     """A small sweep writes one mode=approximation record; the report's module admits it and builds
     the table and both plots from it. (Two budget points keep it fast.)"""

@@ -129,6 +129,7 @@ def test_ratio_table_is_softmax_over_variant():
     assert "25.0 (4.00x)" in linear and "80.0 (0.50x)" in linear and "oom" in linear
 
 
+@pytest.mark.slow
 def test_cli_side_by_side_writes_records(tmp_path, capsys):
     rc = bench.main(["--protocol", "block", "--variants", "softmax", "--lengths", "16", "32", "--repeats", "1",
                      "--warmup", "0", "--min-time", "0", "--rounds", "2", "--model", "tiny", "--no-isolate", "--threads", "1", "--results-dir", str(tmp_path)])
@@ -195,6 +196,7 @@ def test_cli_refuses_bad_arguments_in_argparse_words(capsys):
         assert info.value.code == 2 and needle in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_dispatch_counts_are_recorded_and_tell_launch_bound_variants_apart(monkeypatch):
     """One profiled step after the timed ones counts the operators a step dispatches: a count, the
     same on every measurement, and AdaMRA's eager step dispatches several times softmax's (what its

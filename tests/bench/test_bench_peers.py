@@ -210,6 +210,7 @@ def test_select_by_variant_or_by_peer():
     assert len(bp.select(None)) == len(bp.PEERS)
 
 
+@pytest.mark.slow
 def test_worker_process_round_trip():
     """The race's real path: a job in a fresh ``--worker`` process, its result read back."""
     peer = bp.find_peer("softmax:torch")

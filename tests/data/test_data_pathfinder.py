@@ -34,6 +34,7 @@ def test_lra_settings():
     assert lra_params(32, "easy").contour_length == 6 and lra_params(32, "intermediate").contour_length == 9
 
 
+@pytest.mark.slow
 def test_pathfinder32_hard_statistics(hard32):
     """300 images against the REFERENCE figures quoted for the original at 32x32 hard (facts file:
     ~51% positive, mean pixel ~20, ~34% of pixels nonzero). Tolerances: positive rate 45-55%, mean
@@ -68,6 +69,7 @@ def _seedable_by_cv2_dilate(p, theta) -> bool:
     return bool(kernel.any()) and not np.isneginf(out).any()
 
 
+@pytest.mark.slow
 def test_seed_border_quirk(hard32):
     """Seedable orientations agree with a brute-force emulation of the original's dilation (all 360
     at 32x32, 36 spot checks at 64x64); every target-1 seed and every distractor seed uses one; with
@@ -113,6 +115,7 @@ def _components(mask: np.ndarray) -> int:
     return count
 
 
+@pytest.mark.slow
 def test_labels_correct_by_construction(hard32):
     """Each target snake, with its dash gaps (2M) closed, is one connected path; the origin marker
     sits on the tail of one target and the terminal marker on the last paddle of the target the label

@@ -129,6 +129,7 @@ def test_the_layout_and_the_fetch_import_no_torch():
     subprocess.run([sys.executable, "-c", code], cwd=Path(fetch_mod.__file__).parents[2], check=True)
 
 
+@pytest.mark.slow
 def test_both_fetch_command_lines_take_their_defaults_from_the_config(tmp_path, monkeypatch):
     """python -m lra.data.fetch and run.py mode=fetch plan the same fetch from conf/ (paths.data_dir,
     the fetch: block, each task's resolution and difficulty); the flags replace single settings."""
@@ -176,21 +177,21 @@ def test_progress_lines_at_most_every_10_s():
 
 # ----------------------------------------------------------------------------- whole fetches
 @pytest.mark.slow
-def test_fetch_then_train_text_image_retrieval(tmp_path, server, fixtures):
+def test_fetch_then_train_text_image_retrieval(tmp_path, server, fixtures, cli):
     """run.py mode=fetch task=text,image,retrieval against the loopback mirror, then one multirun
     trains the quick preset's tiny model two steps on each fetched dataset."""
     base, state = server
     sums = tmp_path / "checksums.tsv"
     sums.write_text(checksums_tsv(fixtures["archives"]))
     env = {"LRA_MIRROR": base, "LRA_CHECKSUMS": str(sums)}
-    proc = run_cli(["mode=fetch", "task=text,image,retrieval"], tmp_path, env=env)
+    proc = cli("mode=fetch", "task=text,image,retrieval", env=env)
     final = proc.stdout.strip().splitlines()[-1]
     assert final.startswith("[fetch] done") and "text -> " in final and "image -> " in final and "retrieval -> " in final
     assert sorted(p for p, _ in state.requests) == sorted(url_path(k) for k in ("imdb", "cifar10", "lra_release"))
     assert not (tmp_path / "outputs").exists()  # no Hydra run folder for a fetch
-    run_cli(["-m", "experiment=quick", "task=text,image,retrieval", "logger=none", "task.batch_size=8",
-             "task.max_steps=2", "task.val_every=2", "task.warmup_steps=1", "trainer.enable_progress_bar=false"],
-            tmp_path, env={"TFDS_DATA_DIR": str(tmp_path / "no_tfds")})
+    cli("-m", "experiment=quick", "task=text,image,retrieval", "logger=none", "task.batch_size=8",
+        "task.max_steps=2", "task.val_every=2", "task.warmup_steps=1", "trainer.enable_progress_bar=false",
+        env={"TFDS_DATA_DIR": str(tmp_path / "no_tfds")})
     recs = {r["task"]: r for r in (json.loads(p.read_text()) for p in (tmp_path / "results" / "runs").glob("*.json"))}
     assert sorted(recs) == ["image", "retrieval", "text"]
     for rec in recs.values():

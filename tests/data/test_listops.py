@@ -54,6 +54,7 @@ def test_length_bounds_are_strict():
     assert len({s for s, _ in rows}) == len(rows)  # deduplicated
 
 
+@pytest.mark.slow
 def test_generation_is_deterministic_and_worker_independent():
     a = generate(200, seed=5, min_length=10, max_length=80, workers=1, chunk_draws=500)
     b = generate(200, seed=5, min_length=10, max_length=80, workers=1, chunk_draws=500)

@@ -121,6 +121,7 @@ def test_a_ranking_of_one_gets_no_bold():
     assert [c.emph for c in two] == [0, 2, 1]
 
 
+@pytest.mark.slow
 def test_case_7_latex_and_csv_say_what_the_markdown_says(tmp_path):
     res = Results(tmp_path, n_test=500)
     for seed, (k, commit) in enumerate(((217, "a"), (222, "a"), (226, "b"), (265, "b"), (275, "b"))):

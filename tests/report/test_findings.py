@@ -275,6 +275,7 @@ def test_7_every_dropped_record_is_listed_with_its_reason(tmp_path):
     assert len(rows) == 8 and all(r[1] and r[2] for r in rows[1:]) and error in [r[2] for r in rows]
 
 
+@pytest.mark.slow
 def test_7_header_counts_every_file(tmp_path):
     res = Results(tmp_path)
     res.sweep("softmax", [80, 90, 100])

@@ -6,6 +6,7 @@ import csv
 import io
 
 import numpy as np
+import pytest
 
 from lra.report.build import build_report
 from lra.report.cells import AccuracyGroup, accuracy_groups
@@ -33,6 +34,7 @@ def nine(res: Results) -> None:
 
 
 # case 1 --------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_1_one_run_with_a_fixed_data_seed_leaves_the_others_pooled(tmp_path):
     res = Results(tmp_path)
     nine(res)
@@ -72,6 +74,7 @@ def smat_of(res: Results):
     return md, rows
 
 
+@pytest.mark.slow
 def test_3_smat_never_mixes_lengths(tmp_path):
     res = Results(tmp_path)
     nine(res)
@@ -85,6 +88,7 @@ def test_3_smat_never_mixes_lengths(tmp_path):
     assert rows["adamra"][3] == "1.0" and rows["softmax"][3] == "0.0"  # normalised over the two measured at N
 
 
+@pytest.mark.slow
 def test_4_unresolved_memory_is_never_ranked(tmp_path):
     res = Results(tmp_path)
     nine(res)
@@ -96,6 +100,7 @@ def test_4_unresolved_memory_is_never_ranked(tmp_path):
     assert rows["linear"][5] == "" and "**" not in md.split("SMAT (eq. 10)")[1].split("##")[0]  # one left: no score, no bold
 
 
+@pytest.mark.slow
 def test_5_a_failed_bench_never_supersedes_a_good_one(tmp_path):
     res = Results(tmp_path)
     nine(res)
@@ -110,6 +115,7 @@ def test_5_a_failed_bench_never_supersedes_a_good_one(tmp_path):
     assert rows["softmax"][8] != "" and rows["softmax"][3] == "0.0"
 
 
+@pytest.mark.slow
 def test_11c_one_model_gets_no_score_and_no_bold(tmp_path):
     res = Results(tmp_path)
     nine(res)
@@ -120,6 +126,7 @@ def test_11c_one_model_gets_no_score_and_no_bold(tmp_path):
 
 
 # case 6 --------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_6_a_yaml_edited_configuration_is_not_the_protocol(tmp_path):
     res = Results(tmp_path)
     res.sweep("softmax", [80, 84, 88])
@@ -138,6 +145,7 @@ def test_6_a_yaml_edited_configuration_is_not_the_protocol(tmp_path):
     assert "| adamra |" not in across
 
 
+@pytest.mark.slow
 def test_6_smat_checks_the_bench_measured_the_accuracy_runs_model(tmp_path):
     res = Results(tmp_path)
     nine(res)
@@ -152,6 +160,7 @@ def test_6_smat_checks_the_bench_measured_the_accuracy_runs_model(tmp_path):
 
 
 # case 9 / 11a --------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_9_malformed_fields_are_exclusions_with_reasons(tmp_path):
     res = Results(tmp_path)
     nine(res)

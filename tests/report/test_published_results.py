@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
 
 PUBLISHED = sorted(p.parent for p in (ROOT / "results").glob("*/report.md"))
 
@@ -24,8 +24,8 @@ def test_results_ships_a_published_folder():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("folder", PUBLISHED, ids=lambda p: p.name)
-def test_the_committed_report_is_rebuilt_byte_for_byte(folder, tmp_path):
-    run_cli(["mode=report", f"report.results_dir={folder}", f"report.out_dir={tmp_path}"], tmp_path)
+def test_the_committed_report_is_rebuilt_byte_for_byte(folder, tmp_path, cli):
+    cli("mode=report", f"report.results_dir={folder}", f"report.out_dir={tmp_path}")
     built, committed = report_files(tmp_path), report_files(folder)
     assert sorted(built) == sorted(committed)
     differ = [name for name in built if built[name] != committed[name]]

@@ -98,6 +98,7 @@ def fabricated(tmp_path):
     return tmp_path
 
 
+@pytest.mark.slow
 def test_tables_from_fabricated_records(fabricated):
     md, files, plots = build_report(fabricated)
     # accuracy: seeds averaged (the older duplicate of seed 1 listed, not counted), sample std, t-interval
@@ -136,6 +137,7 @@ def test_tables_from_fabricated_records(fabricated):
     assert build_report(fabricated) == (md, files, plots)  # same records, same report
 
 
+@pytest.mark.slow
 def test_run_report_writes_files_and_removes_stale_ones(fabricated, tmp_path):
     out = tmp_path / "out"
     (out / "tables").mkdir(parents=True)
@@ -200,6 +202,7 @@ def _midp(v: np.ndarray, b: np.ndarray) -> float:
     return min(1.0, (2 * sum(math.comb(n, i) for i in range(k)) + math.comb(n, k)) / 2 ** n)
 
 
+@pytest.mark.slow
 def test_intervals_significance_and_length_buckets(with_predictions):
     root, correct, lengths = with_predictions
     md, files, plots = build_report(root, compare=["adamra", "linear"])
@@ -287,6 +290,7 @@ def test_unresolved_memory_peak_is_neither_ranked_nor_a_ratio(tmp_path):
     assert csv_row["mb_ratio_1024"] == ""
 
 
+@pytest.mark.slow
 def test_protocols_custom_runs_and_devices_never_mix(tmp_path):
     """A mixed set: a xiong2021 run, a newer overridden one (the README's quick look), a quick run,
     an lra2020 run, and CPU bench runs: each lands in its own table."""
@@ -387,6 +391,7 @@ def test_end_to_end_train_bench_report(cli):
     assert snapshot(results) == first
 
 
+@pytest.mark.slow
 def test_report_pushed_to_wandb_offline(fabricated, tmp_path, monkeypatch):
     from tests.wandb_offline import read_run
 

@@ -76,6 +76,7 @@ COVERAGE_TRIALS = 4000  # Monte-Carlo sd of a 95% coverage: sqrt(.95 * .05 / 400
 TASK_SDS = (0.5, 1.0, 2.0, 3.0, 5.0)  # tasks differ in spread across seeds, as LRA's do
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seeds", [3, 5])
 @pytest.mark.parametrize("n_tasks", [1, 5])
 def test_across_task_interval_covers_95_percent(seeds, n_tasks, capsys):

@@ -22,6 +22,7 @@ def compose_run(*overrides: str):
     return cfg
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention,task", PAIRS)
 def test_pair_composes_and_instantiates(attention, task, tmp_path):
     cfg = compose_run(f"attention={attention}", f"task={task}", f"paths.data_dir={tmp_path}")

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.conftest import ROOT, TINY_LISTOPS, run_cli
+from tests.conftest import ROOT, TINY_LISTOPS
 from tests.forkrun import RunServer
 from tests.killpoints import pause_fifos
 
@@ -170,8 +170,8 @@ def test_finished_config_is_not_run_twice(server, data, tmp_path):
     assert len(records(tmp_path)) == 2
 
 
-def test_resume_true_without_checkpoint_explains(tmp_path):
-    proc = run_cli([*TINY_LISTOPS, "trainer.max_steps=2", "resume=true"], tmp_path, check=False)
+def test_resume_true_without_checkpoint_explains(cli):
+    proc = cli(*TINY_LISTOPS, "trainer.max_steps=2", "resume=true", check=False)
     assert proc.returncode != 0 and "no checkpoint of an unfinished run" in proc.stderr
 
 

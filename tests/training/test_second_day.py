@@ -169,6 +169,7 @@ def wandb_online(tmp_path, monkeypatch):
     closed.close()
 
 
+@pytest.mark.slow
 def test_wandb_online_needs_a_key_and_a_server(wandb_online, monkeypatch):
     with pytest.raises(ConfigError, match="no W&B API key is set.*WANDB_MODE=offline"):
         check_wandb(_wandb_cfg())

@@ -25,6 +25,7 @@ def batch(g: torch.Generator, b: int = 64):
     return ids, mask, counts.argmax(1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", variant_names())
 def test_tiny_training_beats_chance(name):
     torch.manual_seed(0)
