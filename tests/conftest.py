@@ -45,11 +45,15 @@ def _seed():
     yield
 
 
+def run_env(cwd: Path, env: dict | None = None) -> dict:
+    """A test run's environment: this process's now, offline W&B, data and results under ``cwd``."""
+    return {**os.environ, "WANDB_MODE": "offline", "LRA_DATA_DIR": str(cwd / "data"),
+            "LRA_RESULTS_DIR": str(cwd / "results"), **(env or {})}
+
+
 def run_cli(args: list[str], cwd: Path, env: dict | None = None, timeout: int = 300, check: bool = True) -> subprocess.CompletedProcess:
     """Run ``python run.py ARGS`` in ``cwd`` (data and results land under ``cwd``)."""
-    full_env = {**os.environ, "WANDB_MODE": "offline", "LRA_DATA_DIR": str(cwd / "data"),
-                "LRA_RESULTS_DIR": str(cwd / "results"), **(env or {})}
-    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=full_env,
+    proc = subprocess.run([sys.executable, str(ROOT / "run.py"), *args], cwd=cwd, env=run_env(cwd, env),
                           capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"run.py {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
@@ -75,9 +79,8 @@ def cli(tmp_path, run_server):
     environment as it is now, as :func:`run_cli` would run it. Tests about the interpreter itself
     (imports, start-up) call :func:`run_cli`."""
     def _run(*args: str, check: bool = True, env: dict | None = None, timeout: float = 300):
-        full_env = {**os.environ, "WANDB_MODE": "offline", "LRA_DATA_DIR": str(tmp_path / "data"),
-                    "LRA_RESULTS_DIR": str(tmp_path / "results"), **(env or {})}
-        return run_server.run(list(args), tmp_path, env=full_env, check=check, whole_env=True, timeout=timeout)
+        return run_server.run(list(args), tmp_path, env=run_env(tmp_path, env), check=check, whole_env=True,
+                              timeout=timeout)
     _run.cwd = tmp_path
     return _run
 
