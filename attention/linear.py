@@ -15,6 +15,18 @@ Choices the paper leaves open, written down:
 * ``eps`` (1e-6, as in the authors' code) is added to the normaliser. phi > 0, so a row with at
   least one real key has a strictly positive normaliser and eps only guards round-off; a sample
   with no real key has numerator 0 and normaliser eps, i.e. output 0. Padded query rows are zeroed.
+
+``normaliser="sqrt_len"`` is not the Linear Transformer: it is the linear attention of the
+Nyströmformer authors' LRA code (``LRA/code/attention_linear.py`` of mlpen/Nystromformer), the
+codebase whose protocol AdaMRA Table 1 follows, kept as the ablation ``+ablation=linear_unnormalised``
+to test whether that model explains Table 1's Linear row. That code scales phi(Q) and phi(K) by
+N^-1/4 each, N being the padded width (always the task's ``max_len`` there), and never divides::
+
+    V'_i = phi(Q_i)^T (sum_j phi(K_j) V_j^T) / sqrt(max_len)
+
+Padding as above (padded keys zeroed in phi(K), padded query rows zeroed). The scale uses
+``max_len``, not the batch's width, so evaluation batches cut to their longest sequence compute the
+same model.
 """
 from __future__ import annotations
 
@@ -92,11 +104,28 @@ class _LinearAttention(torch.autograd.Function):
 _linear_attention = fused_unless_graph_safe(_LinearAttention.apply, linear_attention)
 
 
+def sqrt_len_linear_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor, max_len: int) -> Tensor:
+    """The unnormalised port (module docstring): ``phi(Q) (phi(K)^T V) / sqrt(max_len)``."""
+    phi_k = elu_feature_map(k, keep)                                      # padded keys: no mass
+    return (elu_feature_map(q) @ (phi_k.transpose(-1, -2) @ v)) * (keep * max_len ** -0.5)
+
+
+NORMALISERS = ("row", "sqrt_len")
+
+
 class LinearAttention(Mixer):
-    def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, eps: float = 1e-6) -> None:
+    def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, eps: float = 1e-6,
+                 normaliser: str = "row") -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
         require_positive(eps=eps)
+        if normaliser not in NORMALISERS:
+            raise ValueError(f"linear normaliser={normaliser!r}; valid: {', '.join(NORMALISERS)} "
+                             "(row: the paper's eq. 6; sqrt_len: the unnormalised LRA port, an ablation)")
         self.eps = eps
+        self.normaliser = normaliser
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        return _linear_attention(q, k, v, mask[:, None, :, None].to(q.dtype), self.eps)
+        keep = mask[:, None, :, None].to(q.dtype)
+        if self.normaliser == "sqrt_len":
+            return sqrt_len_linear_attention(q, k, v, keep, self.max_len)
+        return _linear_attention(q, k, v, keep, self.eps)
