@@ -46,6 +46,11 @@ def test_linear_gradcheck():
     assert torch.autograd.gradcheck(lambda a, b_, c: mixer(a, b_, c, mask, x), (q, k, v), fast_mode=True)
 
 
+def test_linear_rejects_an_unknown_normaliser_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="normaliser='none'; valid: row, sqrt_len"):
+        make_mixer("linear", normaliser="none")
+
+
 # ----------------------------------------------------------------------------- performer
 @pytest.mark.parametrize("kernel", ["softmax", "relu"])
 def test_performer_factorised_equals_explicit_with_same_features(kernel):

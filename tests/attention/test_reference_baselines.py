@@ -21,11 +21,14 @@ BASELINES = ("softmax", "linear", "performer", "performer_32", "linformer", "nys
 ATOL, RTOL = 1e-9, 1e-7
 
 
-def reference(name: str, mixer, q, k, v, mask, x, draws: dict):
-    """The paper reference of ``name`` with the module's parameters and this call's draws."""
+def reference(name: str, mixer, q, k, v, mask, x, draws: dict, kw: dict):
+    """The paper reference of ``name`` with the module's parameters and this call's draws; ``kw``,
+    the case's settings, picks a model the settings switch (never the module's own attribute)."""
     n, dev = q.shape[2], q.device
     if name == "softmax":
         return ref.pattern_attention(q, k, v, mask)
+    if name == "linear" and kw.get("normaliser") == "sqrt_len":
+        return ref.sqrt_len_linear_attention(q, k, v, mask, mixer.max_len)
     if name == "linear":
         return ref.linear_attention(q, k, v, mask, mixer.eps)
     if name.startswith("performer"):
@@ -106,6 +109,7 @@ def inputs(name: str, b: int, n: int, seed: int = 1):
 CASES = [
     ("softmax", {}, 37, 64, [37, 23, 0]),
     ("linear", {}, 37, 64, [37, 23, 0]),
+    ("linear", dict(normaliser="sqrt_len"), 37, 64, [37, 23, 0]),   # the ablation; n < max_len
     ("performer", {}, 37, 64, [37, 23, 0]),
     ("performer", dict(eps=0.0), 37, 64, [37, 23, 0]),
     ("performer", dict(kernel="relu", nb_features=20), 37, 64, [37, 23, 0]),
@@ -164,7 +168,7 @@ def check_against_reference(name, kw, n, max_len, lengths, train, padded):
     q, k, v, x = inputs(name, len(lengths), n)
     mask = lengths_mask(lengths if padded else [n] * len(lengths), n).to(DEVICE)
     out, draws = forward_with_draws(name, mixer, q, k, v, mask, x)
-    expected = reference(name, mixer, q, k, v, mask, x, draws)
+    expected = reference(name, mixer, q, k, v, mask, x, draws, kw)
     assert_close(out, expected, "values")
     assert torch.isfinite(out).all()
 

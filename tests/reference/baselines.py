@@ -103,6 +103,14 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, eps: float) 
     return rows((a @ v) / (a.sum(-1, keepdim=True) + eps), mask)
 
 
+def sqrt_len_linear_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, max_len: int) -> Tensor:
+    """The unnormalised LRA port (Nystromformer authors' ``attention_linear.py``): phi(Q) and phi(K)
+    each scaled by N^-1/4, N their fixed padded width (``max_len``), and no normaliser; materialised."""
+    phi_q, phi_k = (F.elu(q) + 1) * max_len ** -0.25, (F.elu(k) + 1) * max_len ** -0.25
+    a = (phi_q @ phi_k.transpose(-1, -2)) * mask[:, None, None, :]
+    return rows(a @ v, mask)
+
+
 def performer_features(x: Tensor, w: Tensor, kernel: str, eps: float, shift: Tensor | None) -> Tensor:
     """Choromanski et al. Lemma 1 (softmax kernel) or Sec. 2.2 (f = relu) on x * d^-1/4.
 

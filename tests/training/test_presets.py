@@ -36,6 +36,14 @@ def test_ablation_rows_are_named():
     assert cfg.attention._target_.endswith("AdaMRAAttention")
 
 
+def test_linear_unnormalised_ablation_is_recorded_under_its_own_name():
+    """The port's model must never land in the Linear Transformer's row."""
+    cfg = compose_run("experiment=xiong2021", "task=listops", "attention=linear", "+ablation=linear_unnormalised")
+    assert cfg.attention_name == "linear_unnormalised" and cfg.attention.normaliser == "sqrt_len"
+    plain = compose_run("experiment=xiong2021", "task=listops", "attention=linear")
+    assert plain.attention_name == "linear" and "normaliser" not in plain.attention   # eq. 6, the default
+
+
 def test_unknown_experiment_lists_valid_ones(tmp_path):
     proc = run_cli(["experiment=xiong"], tmp_path, check=False)  # Hydra's own error: a fresh interpreter is cheap
     assert proc.returncode != 0 and "Available options" in proc.stderr and "xiong2021" in proc.stderr
