@@ -20,13 +20,14 @@ Choices the paper leaves open, written down:
 Nyströmformer authors' LRA code (``LRA/code/attention_linear.py`` of mlpen/Nystromformer), the
 codebase whose protocol AdaMRA Table 1 follows, kept as the ablation ``+ablation=linear_unnormalised``
 to test whether that model explains Table 1's Linear row. That code scales phi(Q) and phi(K) by
-N^-1/4 each, N being the padded width (always the task's ``max_len`` there), and never divides::
+N^-1/4 each, N being its fixed padded width, and never divides::
 
     V'_i = phi(Q_i)^T (sum_j phi(K_j) V_j^T) / sqrt(max_len)
 
 Padding as above (padded keys zeroed in phi(K), padded query rows zeroed). The scale uses
 ``max_len``, not the batch's width, so evaluation batches cut to their longest sequence compute the
-same model.
+same model. The port's width is ``max_len`` rounded up to a power of two (2048 for ListOps, whose
+``max_len`` is 2000): a constant factor 1.012 apart, which the output projection absorbs.
 """
 from __future__ import annotations
 

@@ -18,7 +18,8 @@ DATA = [a for a in TINY_LISTOPS if not a.startswith("logger=")]  # the default l
 ARGS = [*DATA, "trainer.max_steps=48", "task.val_every=4", "checkpointing.every_n_steps=6"]
 
 
-def cli(cwd: Path, args: list[str], check: bool = True):
+def fresh_run(cwd: Path, args: list[str], check: bool = True):
+    """A newcomer's `python run.py` in a fresh interpreter (not the `cli` fixture's forked run)."""
     return run_cli(args, cwd, env={"LRA_CHECKPOINT_DIR": str(cwd / "checkpoints")}, check=check)
 
 
@@ -39,7 +40,7 @@ def finished_once(cwd: Path, run_id: str, steps: int) -> dict:
 def test_ctrl_c_sigkill_then_the_same_command_resumes_then_skips(tmp_path):
     # 1. Ctrl-C in step 7: finishes the step, saves, says one line, the record is interrupted
     #    (the run presses Ctrl-C itself at that point: tests/killpoints.py)
-    stopped = cli(tmp_path, [*ARGS, *kill_at("step:7", "INT")], check=False)
+    stopped = fresh_run(tmp_path, [*ARGS, *kill_at("step:7", "INT")], check=False)
     err = stopped.stderr
     assert stopped.returncode == 130 and "Traceback" not in err, err[-3000:]
     last_line = err.strip().splitlines()[-1]
@@ -50,22 +51,22 @@ def test_ctrl_c_sigkill_then_the_same_command_resumes_then_skips(tmp_path):
     assert ckpt_step(last) == 7 and "checkpoint of step 7" in last_line
     # 2. the same command resumes (a new Hydra output folder, the same record) and is SIGKILLed after
     #    its second checkpoint write
-    killed = cli(tmp_path, [*ARGS, *kill_at("save:2")], check=False)
+    killed = fresh_run(tmp_path, [*ARGS, *kill_at("save:2")], check=False)
     assert killed.returncode == -9
     (killed,) = records(tmp_path)
     assert killed["run_id"] == rec["run_id"] and killed["resumed"] is True and ckpt_step(last) > 7
     # 3. the same command resumes again and finishes
-    out = cli(tmp_path, ARGS)
+    out = fresh_run(tmp_path, ARGS)
     assert "Step" in out.stdout and "/-2" not in out.stdout  # counted in steps, not "Epoch 0/-2"
     assert "expected:" in out.stdout + out.stderr and "measured:" in out.stdout + out.stderr  # the forecast
     done = finished_once(tmp_path, rec["run_id"], 48)
     assert done["resume_count"] >= 2
     assert len(list((tmp_path / "outputs").glob("*/*"))) == 3  # every launch its own folder
     # 4. a sweep over the finished seed and a new one trains only the new one; run twice, nothing
-    cli(tmp_path, ["-m", *ARGS, "seed=0,1"])
+    fresh_run(tmp_path, ["-m", *ARGS, "seed=0,1"])
     (new,) = [r for r in records(tmp_path) if r["run_id"] != done["run_id"]]
     assert new["seed"] == 1 and new["status"] == "finished"
-    again = cli(tmp_path, ["-m", *ARGS, "seed=0,1"])
+    again = fresh_run(tmp_path, ["-m", *ARGS, "seed=0,1"])
     assert (again.stderr + again.stdout).count("this configuration already finished") == 2
     assert "[sweep] 2 jobs: 0 finished, 2 skipped (already finished), 0 failed" in again.stdout  # not "2 finished"
     assert sorted(r["run_id"] for r in records(tmp_path)) == sorted([done["run_id"], new["run_id"]])
@@ -73,9 +74,9 @@ def test_ctrl_c_sigkill_then_the_same_command_resumes_then_skips(tmp_path):
 
 def test_wandb_run_resumes_after_sigkill(tmp_path):
     args = [*ARGS, "logger=wandb"]
-    assert cli(tmp_path, [*args, *kill_at("save:2")], check=False).returncode == -9  # best-4, then last-6
+    assert fresh_run(tmp_path, [*args, *kill_at("save:2")], check=False).returncode == -9  # best-4, then last-6
     (killed,) = records(tmp_path)
     assert killed["status"] == "running"
-    cli(tmp_path, args)
+    fresh_run(tmp_path, args)
     done = finished_once(tmp_path, killed["run_id"], 48)
     assert done["resumed"] is True and done["config"]["logger"]["wandb"]
