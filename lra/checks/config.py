@@ -22,6 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from lra import CONF_DIR
 from lra.badinput import ConfigError, DataMissingError
 from lra.files import ensure_writable
 
@@ -155,6 +156,34 @@ def _unknown_choice(key: str, value: object, valid: list[str] | tuple[str, ...],
             + (f" (did you mean {key}={close[0]}?)" if close else ""))
 
 
+def ablation_owner(ablation: str, conf_dir: Path = CONF_DIR) -> str | None:
+    """The attention variant an ablation config belongs to: the one its defaults select
+    (``- override /attention: <name>``); None if it selects none."""
+    path = conf_dir / "ablation" / f"{ablation}.yaml"
+    if not path.is_file():
+        return None
+    for entry in OmegaConf.load(path).get("defaults") or []:
+        if isinstance(entry, DictConfig) and "override /attention" in entry:
+            return str(entry["override /attention"])
+    return None
+
+
+def _ablation_problem() -> str | None:
+    """An ablation sets settings of one variant; another ``attention=`` on the command line would
+    receive them (and fail later with an unknown-setting error that names the wrong fix)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    choices = HydraConfig.get().runtime.choices
+    ablation, attention = choices.get("ablation"), choices.get("attention")
+    owner = ablation_owner(str(ablation)) if ablation else None
+    if owner is None or attention == owner:
+        return None
+    return (f"ablation={ablation} is an ablation of attention={owner} and sets its settings, but attention={attention} "
+            f"is selected; drop attention={attention} (the ablation selects attention={owner} itself)")
+
+
 def check_config(cfg: DictConfig) -> list[str]:
     """Every problem of the composed config at once, as one :class:`ConfigError`.
 
@@ -199,6 +228,9 @@ def check_config(cfg: DictConfig) -> list[str]:
     resume = _select(cfg, "resume")
     if resume is not ABSENT and resume not in RESUME_MODES:
         problems.append(f"resume={resume!r} is not valid; use resume=auto (default), resume=true or resume=false")
+    ablation = _ablation_problem()
+    if ablation:
+        problems.append(ablation)
     ckpt = _select(cfg, "ckpt_path")
     if mode == "test" and not ckpt:
         problems.append("mode=test evaluates a trained checkpoint but no ckpt_path is given; pass "

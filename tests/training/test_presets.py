@@ -6,6 +6,7 @@ import json
 import pytest
 
 from attention.registry import config_names
+from lra.checks.config import ablation_owner
 from tests.conftest import TINY_LISTOPS, run_cli
 from tests.training.test_config import compose_run
 
@@ -37,11 +38,19 @@ def test_ablation_rows_are_named():
 
 
 def test_linear_unnormalised_ablation_is_recorded_under_its_own_name():
-    """The port's model must never land in the Linear Transformer's row."""
-    cfg = compose_run("experiment=xiong2021", "task=listops", "attention=linear", "+ablation=linear_unnormalised")
+    """The port's model must never land in the Linear Transformer's row; the ablation selects its variant."""
+    cfg = compose_run("experiment=xiong2021", "task=listops", "+ablation=linear_unnormalised")
     assert cfg.attention_name == "linear_unnormalised" and cfg.attention.normaliser == "sqrt_len"
+    assert cfg.attention._target_ == "attention.linear.LinearAttention"
     plain = compose_run("experiment=xiong2021", "task=listops", "attention=linear")
     assert plain.attention_name == "linear" and "normaliser" not in plain.attention   # eq. 6, the default
+
+
+def test_every_ablation_names_the_variant_it_belongs_to():
+    """What the config check holds an ``attention=`` override to (lra.checks.config.ablation_owner)."""
+    owners = {name: ablation_owner(name) for name in config_names("ablation")}
+    assert all(owner in config_names("attention") for owner in owners.values()), owners
+    assert owners["linear_unnormalised"] == "linear" and owners["adamra_t5_elu"] == "adamra"
 
 
 def test_unknown_experiment_lists_valid_ones(tmp_path):

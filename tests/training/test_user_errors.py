@@ -63,6 +63,10 @@ CASES = [
     case("resume-invalid", [*TINY, "resume=maybe"], "resume='maybe'", "resume=auto"),
     case("test-without-checkpoint", [*TINY, "mode=test"], "mode=test", "ckpt_path="),
     case("bench-repeats-zero", ["mode=bench", "bench.repeats=0"], "bench.repeats=0", ">= 1"),
+    case("ablation-of-another-attention", [*TINY, "attention=softmax", "+ablation=linear_unnormalised"],
+         "ablation=linear_unnormalised is an ablation of attention=linear", "drop attention=softmax"),
+    case("preset-ablation-of-another-attention", [*TINY, "experiment=adamra_ablation", "attention=linear"],
+         "ablation=adamra_t4_id3 is an ablation of attention=adamra", "drop attention=linear"),
     # -- unknown names (stage 1, before Hydra composes) --------------------------------------------------
     case("typo-setting", [*TINY, "trainer.max_step=5"], "trainer.max_step", "did you mean trainer.max_steps", "+trainer.max_step=5"),
     case("typo-optim", [*TINY, "optim.lrr=1e-3"], "optim.lrr", "did you mean optim.lr?"),
