@@ -21,10 +21,10 @@ BASELINES = ("softmax", "linear", "performer", "performer_32", "linformer", "nys
 ATOL, RTOL = 1e-9, 1e-7
 
 
-def reference(name: str, mixer, q, k, v, mask, x, draws: dict, kw: dict):
+def reference(name: str, mixer, q, k, v, mask, x, draws: dict, kw: dict | None = None):
     """The paper reference of ``name`` with the module's parameters and this call's draws; ``kw``,
     the case's settings, picks a model the settings switch (never the module's own attribute)."""
-    n, dev = q.shape[2], q.device
+    n, dev, kw = q.shape[2], q.device, kw or {}
     if name == "softmax":
         return ref.pattern_attention(q, k, v, mask)
     if name == "linear" and kw.get("normaliser") == "sqrt_len":

@@ -145,7 +145,7 @@ def check_baseline(p: Point) -> None:
         for _ in range(calls - 1):
             mixer(q, k, v, mask, x)
     out, draws = forward_with_draws(name, mixer, q, k, v, mask, x)
-    expected = reference(name, mixer, q, k, v, mask, x, draws)
+    expected = reference(name, mixer, q, k, v, mask, x, draws, p.overrides)
     assert_close(out, expected, "values")
     assert torch.isfinite(out).all()
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(1234), dtype=F64).to(DEVICE)
