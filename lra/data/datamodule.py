@@ -163,18 +163,43 @@ class CachedDataModule(pl.LightningDataModule):
         attention contract), so predictions are those of the unsorted, full-length batches (tested per
         variant). The examples evaluated are the same as before sorting: a ``limit_*_batches`` cut
         is applied to the split in its own order first."""
+        batches = self._eval_batches(split)
+        name = f"limit_{split}_batches"
+        limit = getattr(self.trainer, name, 1.0)
+        if isinstance(limit, float) and limit != 1.0:
+            # the fraction is applied above, before sorting; Lightning would apply it again to this
+            # loader (0.5 evaluated a quarter): pin it to the batches kept
+            setattr(self.trainer, name, len(batches))
+        collate = partial(collate_cut, multiple=self.eval_width_multiple)
+        return DataLoader(self.datasets[split], batch_sampler=batches, collate_fn=collate,
+                          num_workers=self.num_workers, persistent_workers=self.num_workers > 0,
+                          generator=torch.Generator().manual_seed(self.seed))  # see _loader: no global draw
+
+    def _eval_batches(self, split: str) -> list[list[int]]:
         dataset = self.datasets[split]
         order = np.arange(len(dataset))[: self._eval_examples(split, len(dataset))]
-        lengths = np.asarray(dataset.lengths)[order]
-        if lengths.ndim > 1:  # two documents: the longer one sets the batch's length
-            lengths = lengths.max(axis=tuple(range(1, lengths.ndim)))
-        order = order[np.argsort(-np.minimum(lengths, self.max_len), kind="stable")]  # longest first: memory peaks early
+        order = order[np.argsort(-self._real_lengths(split)[order], kind="stable")]  # longest first: memory peaks early
         size = self.eval_batch_size
-        batches = [order[i:i + size].tolist() for i in range(0, len(order), size)]
-        collate = partial(collate_cut, multiple=self.eval_width_multiple)
-        return DataLoader(dataset, batch_sampler=batches, collate_fn=collate, num_workers=self.num_workers,
-                          persistent_workers=self.num_workers > 0,
-                          generator=torch.Generator().manual_seed(self.seed))  # see _loader: no global draw
+        return [order[i:i + size].tolist() for i in range(0, len(order), size)]
+
+    def _real_lengths(self, split: str) -> np.ndarray:
+        """Real tokens per example, as the mask counts them; of two documents, the longer one."""
+        lengths = np.minimum(np.asarray(self.datasets[split].lengths), self.max_len)
+        return lengths.max(axis=tuple(range(1, lengths.ndim))) if lengths.ndim > 1 else lengths
+
+    def eval_share(self, split: str) -> float:
+        """Positions one pass over ``split`` computes, counted in training batches (``batch_size``
+        examples at full width): the run's forecast scales a training step's forward cost by it
+        before the first validation is timed. Cutting makes it far less than the batch count (ListOps
+        validation: about a third)."""
+        full = self._width(self.datasets["train"])
+        lengths, eval_full = self._real_lengths(split), self._width(self.datasets[split])
+        positions = sum(len(b) * cut_width(int(lengths[b].max()), self.eval_width_multiple, eval_full)
+                        for b in self._eval_batches(split))
+        return positions / (self.batch_size * full)
+
+    def _width(self, dataset: ArrayDataset) -> int:
+        return min(dataset.ids.shape[-1], self.max_len)
 
     def _eval_examples(self, split: str, n: int) -> int:
         """How many examples (from the start of the split) Lightning's ``limit_{val,test}_batches``
@@ -189,7 +214,11 @@ def collate_cut(items: list[dict[str, torch.Tensor]], multiple: int = 1) -> dict
     """Stack a batch and cut its sequence axis after the last real token of any example, rounded
     up to a ``multiple`` of positions (compiled runs: a bounded number of shapes)."""
     batch = default_collate(items)
-    longest = max(int(batch["mask"].sum(-1).max()), 1)
-    longest = min(-(-longest // multiple) * multiple, batch["mask"].shape[-1])
-    batch["ids"], batch["mask"] = batch["ids"][..., :longest], batch["mask"][..., :longest]
+    width = cut_width(int(batch["mask"].sum(-1).max()), multiple, batch["mask"].shape[-1])
+    batch["ids"], batch["mask"] = batch["ids"][..., :width], batch["mask"][..., :width]
     return batch
+
+
+def cut_width(longest: int, multiple: int, full: int) -> int:
+    """The width a batch whose longest example has ``longest`` real tokens is cut to."""
+    return min(-(-max(longest, 1) // multiple) * multiple, full)

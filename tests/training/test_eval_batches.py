@@ -25,9 +25,9 @@ def split(dual: bool = False) -> ArrayDataset:
     return ArrayDataset(ids, lengths, g.integers(0, 4, size=N))
 
 
-def module(dataset: ArrayDataset) -> CachedDataModule:
-    dm = CachedDataModule("unused", max_len=MAX_LEN, batch_size=BATCH)
-    dm.datasets = {"val": dataset, "test": dataset}
+def module(dataset: ArrayDataset, **kw) -> CachedDataModule:
+    dm = CachedDataModule("unused", max_len=MAX_LEN, batch_size=BATCH, **kw)
+    dm.datasets = {"train": dataset, "val": dataset, "test": dataset}
     return dm
 
 
@@ -62,6 +62,61 @@ def test_a_batch_limit_keeps_the_same_examples_as_unsorted_batches():
     dm.trainer = type("T", (), {"limit_val_batches": 2, "limit_test_batches": 0.5})()
     assert sorted(torch.cat([b["index"] for b in dm.val_dataloader()]).tolist()) == list(range(2 * BATCH))
     assert sorted(torch.cat([b["index"] for b in dm.test_dataloader()]).tolist()) == list(range(2 * BATCH))  # int(5 * 0.5) batches
+
+
+def test_a_fractional_limit_is_applied_once_by_lightning_too():
+    """Lightning cuts a fractional ``limit_*_batches`` from the loader it gets; the loader is
+    already cut (before sorting), so 0.5 of 5 batches must evaluate 2 batches, not int(2 * 0.5)."""
+    import pytorch_lightning as pl
+
+    class Count(pl.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[int] = []
+
+        def validation_step(self, batch, i):
+            self.seen += batch["index"].tolist()
+
+        test_step = validation_step
+
+    dm = module(split())  # 70 examples: 5 batches of 16
+    dm.prepare_data = dm.setup = lambda *a, **kw: None
+    for limit, kept in ((0.5, 2), (0.8, 4), (3, 3)):
+        trainer = pl.Trainer(limit_val_batches=limit, limit_test_batches=limit, logger=False,
+                             enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+        for run in (trainer.validate, trainer.test):
+            net = Count()
+            run(net, datamodule=dm, verbose=False)
+            assert sorted(net.seen) == list(range(kept * BATCH)), (limit, run.__name__)
+
+
+@pytest.mark.parametrize("dual", [False, True])
+@pytest.mark.parametrize("kw", [{}, {"eval_batch_size": 24}], ids=["same-batch", "eval-batch-24"])
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_eval_share_counts_the_positions_the_loader_computes(dual, kw, multiple):
+    """What the run's forecast scales a training step by before the first validation is timed."""
+    dm = module(split(dual), **kw)
+    dm.eval_width_multiple = multiple
+    dm.trainer = type("T", (), {"limit_val_batches": 1.0})()
+    positions = sum(b["ids"].shape[0] * b["ids"].shape[-1] for b in dm.val_dataloader())
+    assert dm.eval_share("val") == pytest.approx(positions / (BATCH * MAX_LEN))
+    assert dm.eval_share("val") < N / BATCH  # the cut is counted: less than full-width batches
+    dm.trainer.limit_val_batches = 2
+    assert dm.eval_share("val") * BATCH * MAX_LEN == pytest.approx(sum(b["ids"].shape[0] * b["ids"].shape[-1] for b in dm.val_dataloader()))
+
+
+def test_the_forecast_takes_its_first_validation_estimate_from_the_datamodule():
+    from types import SimpleNamespace
+
+    from lra.training.forecast import FORWARD_SHARE, RunForecast
+
+    dm = module(split())
+    trainer = SimpleNamespace(max_steps=100, val_check_batch=10, limit_val_batches=1.0, global_step=0, datamodule=dm)
+    f = RunForecast("quick")
+    f.on_train_start(trainer, SimpleNamespace(device=torch.device("cpu")))
+    f.step_times.extend([3.0] * 5)
+    assert f.val_batches == 5 and f.val_share == dm.eval_share("val") < 5
+    assert f.validation_seconds() == (pytest.approx(3.0 * FORWARD_SHARE * dm.eval_share("val")), False)
 
 
 @pytest.mark.parametrize("name", variant_names())

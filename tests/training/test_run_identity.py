@@ -13,7 +13,7 @@ import yaml
 from omegaconf import OmegaConf, open_dict
 
 from attention.registry import CONF_DIR
-from lra.training.forecast import RunForecast
+from lra.training.forecast import FORWARD_SHARE, RunForecast
 from lra.data.progress import human
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
@@ -145,9 +145,12 @@ def test_forecast_counts_validations_and_says_what_is_estimated():
     f.step_times = [7.0, 7.0, 9.0]
     assert f.validations_left(0) == 100 and f.validations_left(4990) == 1 and f.validations_left(5000) == 0 and f.validations_left(120) == 98
     per_val, measured = f.validation_seconds()
-    assert per_val == pytest.approx(7.0 * 63 / 3) and not measured
-    assert f.eta_seconds(0) == pytest.approx(5000 * 7.0 + 100 * 7.0 * 63 / 3)
+    assert per_val == pytest.approx(7.0 * 63 * FORWARD_SHARE) and not measured
+    assert f.eta_seconds(0) == pytest.approx(5000 * 7.0 + 100 * 7.0 * 63 * FORWARD_SHARE)
     assert "estimated" in f.describe(0)
+    f.val_share = 21.5  # the datamodule's count of the positions a validation computes (cut batches)
+    assert f.validation_seconds() == (pytest.approx(7.0 * 21.5 * FORWARD_SHARE), False)
+    assert f.eta_seconds(0) == pytest.approx(5000 * 7.0 + 100 * 7.0 * 21.5 * FORWARD_SHARE)
     f.val_seconds = 60.0
     assert f.eta_seconds(4900) == pytest.approx(100 * 7.0 + 2 * 60.0)
     assert "measured" in f.describe(4900) and "the final test pass" in f.describe(4900)
