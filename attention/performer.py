@@ -36,6 +36,20 @@ Choices the paper leaves open, written down:
   by the norm of an independent Gaussian d-vector so its marginal is Gaussian (the authors' default
   ``scaling=0``). One W per layer, shared by its heads (as in the authors' code). ``orthogonal:
   false`` gives i.i.d. Gaussian rows.
+* ``scaling`` and ``padded_keys`` (defaults ``once`` and ``excluded``, the paper's model, above)
+  switch on the two departures of the Nyströmformer authors' LRA Performer (their ``PerformerAttention``
+  wrapper around performer-pytorch's ``FastAttention``, mlpen/Nystromformer), for the ablation
+  ``conf/ablation/performer_port.yaml`` that tests whether they explain AdaMRA Table 1's Performer
+  row (18.80 on ListOps, where this FAVOR+ learns):
+  ``scaling: twice`` divides q and k by d^1/4 before the feature map does it again, so the kernel
+  estimates exp(q.k / d) instead of exp(q.k / sqrt(d)); ``padded_keys: zero_keys`` makes padded keys
+  zero vectors (the wrapper multiplies K and V by the mask) over the port's fixed width, the power of
+  two at or above ``max_len`` (its ``run_tasks.py`` pads every batch to it: 2048 for ListOps), and a
+  zero key's features exp(-shift) / sqrt(m) (+ eps) are positive: every one of them enters the
+  normaliser and the key stabiliser (its projection, 0, takes part in the max). They are computed as
+  one zero key weighted by their number, from the mask, so the output does not depend on the batch's
+  own padded width (evaluation batches are cut). The port's other settings are the ablation's:
+  256 features, eps 1e-4 (performer-pytorch's default), drawn once and never redrawn.
 * Redrawing: W is a persistent buffer drawn from :meth:`Mixer.randn` (counter-based in
   graph-safe mode, where the redraw is decided on the device). Only training forwards
   redraw it: on the first training call and then every ``redraw_interval`` training calls
@@ -57,6 +71,8 @@ from attention.graph_safe import graph_safe_active
 from attention.masking import zero_padded
 
 KERNELS = ("softmax", "relu")
+SCALINGS = ("once", "twice")
+PADDED_KEYS = ("excluded", "zero_keys")
 
 
 def orthogonal_gaussian(m: int, d: int, randn: Callable[[tuple[int, ...], torch.dtype], Tensor],
@@ -87,10 +103,17 @@ class PerformerAttention(Mixer):
         redraw_interval: int = 1000,
         orthogonal: bool = True,
         eps: float | None = None,
+        scaling: str = "once",
+        padded_keys: str = "excluded",
     ) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
-        if kernel not in KERNELS:
-            raise ValueError(f"performer kernel={kernel!r}; valid: {', '.join(KERNELS)}")
+        for name, value, valid in (("kernel", kernel, KERNELS), ("scaling", scaling, SCALINGS),
+                                   ("padded_keys", padded_keys, PADDED_KEYS)):
+            if value not in valid:
+                raise ValueError(f"performer {name}={value!r}; valid: {', '.join(valid)}")
+        self.scaling = scaling
+        self.padded_keys = padded_keys
+        self.port_width = 1 << (max_len - 1).bit_length()   # the port pads every batch to this width
         require_positive(nb_features=nb_features)
         require_non_negative(redraw_interval=redraw_interval, hint="0 = never redraw")
         self.nb_features = nb_features
@@ -139,6 +162,8 @@ class PerformerAttention(Mixer):
         ratio = self.nb_features ** -0.5
         w = self.features.to(x.dtype)
         scale = self.head_dim ** -0.25 * (ratio if self.kernel == "relu" else 1.0)
+        if self.scaling == "twice":
+            scale = scale * self.head_dim ** -0.25
         x = x * scale      # relu kernel: relu(W x) / sqrt(m) = relu(W x / sqrt(m)) (homogeneity)
         proj = x @ w.T if is_query else w @ x.transpose(-1, -2)
         if self.kernel == "relu":
@@ -165,10 +190,16 @@ class PerformerAttention(Mixer):
         if self.training:
             self._count_and_redraw()
         e_q, c = self._features(q, True, None)                                 # [B, H, N, m]
-        e_k, _ = self._features(k, False, mask)                                # [B, H, m, N]
+        keys, weight = mask, mask.to(v.dtype)
+        if self.padded_keys == "zero_keys":   # one zero key (v = 0) stands for the port's padded ones
+            count = self.port_width - mask.sum(-1)                              # [B]
+            k, v = (torch.cat([t, t.new_zeros(*t.shape[:2], 1, t.shape[-1])], dim=2) for t in (k, v))
+            keys = torch.cat([mask, (count > 0)[:, None]], dim=1)
+            weight = torch.cat([weight, count[:, None].to(v.dtype)], dim=1)
+        e_k, _ = self._features(k, False, keys)                                # [B, H, m, N]
         # Key masking on the small side: [V * m, m] gives phi(K)^T V and phi(K)^T 1 over real keys
         # in one product, so padded keys enter neither the numerator nor the normaliser.
-        m = mask[:, None, :, None].to(v.dtype)
+        m = weight[:, None, :, None]
         vm = torch.cat([v * m, m.expand(*v.shape[:3], 1)], dim=-1)            # [B, H, N, d + 1]
         kvz = e_k @ vm + c * vm.sum(dim=-2, keepdim=True)                      # (E_k + c)^T [V m, m]
         out = e_q @ kvz + c * kvz.sum(dim=-2, keepdim=True)                    # (E_q + c) kvz

@@ -52,6 +52,13 @@ def test_linear_rejects_an_unknown_normaliser_naming_the_valid_ones():
 
 
 # ----------------------------------------------------------------------------- performer
+@pytest.mark.parametrize(("setting", "valid"), [("kernel", "softmax, relu"), ("scaling", "once, twice"),
+                                                ("padded_keys", "excluded, zero_keys")])
+def test_performer_rejects_an_unknown_setting_value_naming_the_valid_ones(setting, valid):
+    with pytest.raises(ValueError, match=f"{setting}='none'; valid: {valid}"):
+        make_mixer("performer", **{setting: "none"})
+
+
 @pytest.mark.parametrize("kernel", ["softmax", "relu"])
 def test_performer_factorised_equals_explicit_with_same_features(kernel):
     mixer = make_mixer("performer", kernel=kernel, nb_features=64).double().eval()

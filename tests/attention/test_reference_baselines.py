@@ -5,6 +5,8 @@ read the module's parameters and random draws (LSH rotations, random features, B
 Gumbel draws), never its forward logic."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -32,7 +34,9 @@ def reference(name: str, mixer, q, k, v, mask, x, draws: dict, kw: dict | None =
     if name == "linear":
         return ref.linear_attention(q, k, v, mask, mixer.eps)
     if name.startswith("performer"):
-        return ref.performer_attention(q, k, v, mask, mixer.features, mixer.kernel, mixer.eps)
+        port_width = 2 ** math.ceil(math.log2(mixer.max_len)) if kw.get("padded_keys") == "zero_keys" else None
+        return ref.performer_attention(q, k, v, mask, mixer.features, mixer.kernel, mixer.eps,
+                                       twice=kw.get("scaling") == "twice", port_width=port_width)
     if name == "linformer":
         f = mixer.proj_k if mixer.proj_v is None else mixer.proj_v
         return ref.linformer_attention(q, k, v, mask, mixer.proj_k, f)
@@ -113,6 +117,11 @@ CASES = [
     ("performer", {}, 37, 64, [37, 23, 0]),
     ("performer", dict(eps=0.0), 37, 64, [37, 23, 0]),
     ("performer", dict(kernel="relu", nb_features=20), 37, 64, [37, 23, 0]),
+    ("performer", dict(scaling="twice"), 37, 64, [37, 23, 0]),
+    ("performer", dict(padded_keys="zero_keys"), 37, 48, [37, 23, 0]),     # the port's width: 64, not max_len
+    ("performer", dict(padded_keys="zero_keys", kernel="relu", nb_features=20), 37, 64, [37, 23, 0]),
+    ("performer", dict(scaling="twice", padded_keys="zero_keys", eps=1e-4, redraw_interval=0), 64, 64,
+     [64, 23, 0]),                                                          # the ablation; a row with no zero key
     ("performer_32", {}, 37, 64, [37, 23, 0]),
     ("linformer", {}, 37, 64, [37, 23, 0]),
     ("linformer", dict(k=12, share_kv=True), 37, 64, [37, 23, 0]),

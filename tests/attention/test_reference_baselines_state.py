@@ -11,6 +11,7 @@ from attention.graph_safe import graph_safe_active
 from attention.performer import orthogonal_gaussian
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer
 from tests.attention.test_reference_baselines import CASES, F64, IDS, inputs
+from tests.reference import baselines as ref
 
 pytestmark = pytest.mark.usefixtures("attention_mode")  # every test eager and graph-safe
 
@@ -122,3 +123,20 @@ def test_linformer_every_layer_owns_its_projections():
     first, second = (make_mixer("linformer", layer_idx=i, seed=i) for i in range(2))
     for a, b in ((first.proj_k, second.proj_k), (first.proj_v, second.proj_v)):
         assert a is not b and a.data_ptr() != b.data_ptr() and not torch.equal(a, b)
+
+
+def test_performer_port_stabiliser_takes_the_zero_keys_projection_into_its_max():
+    """The port's key stabiliser is a max over every key of the padded batch, zero keys included
+    (projection 0). With random keys some real projection is positive and the zero key cannot
+    change the max; keys whose every projection is negative show it (the eps term moves)."""
+    mixer = make_mixer("performer", nb_features=4, padded_keys="zero_keys", eps=1e-2, max_len=48).to(DEVICE, F64).eval()
+    w = mixer.features
+    q, _, v, x = (t.detach() for t in inputs("performer", 2, 37))
+    away = -(w / w.pow(2).sum(-1, keepdim=True)).sum(0)           # W @ away = -1 on every (orthogonal) row
+    k = 6.0 * mixer.head_dim ** 0.25 * away.expand_as(q) + 0.1 * torch.randn_like(q)
+    assert ((k * mixer.head_dim ** -0.25) @ w.T).amax() < -1      # no real key reaches the zero key's 0
+    mask = lengths_mask([37, 23], 37).to(DEVICE)
+    with torch.no_grad():
+        out = mixer(q, k, v, mask, x)
+    expected = ref.performer_attention(q, k, v, mask, w, "softmax", 1e-2, port_width=64)
+    torch.testing.assert_close(out, expected, atol=1e-11, rtol=1e-9)

@@ -111,42 +111,54 @@ def sqrt_len_linear_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, max
     return rows(a @ v, mask)
 
 
-def performer_features(x: Tensor, w: Tensor, kernel: str, eps: float, shift: Tensor | None) -> Tensor:
-    """Choromanski et al. Lemma 1 (softmax kernel) or Sec. 2.2 (f = relu) on x * d^-1/4.
+def performer_features(x: Tensor, w: Tensor, kernel: str, eps: float, shift: Tensor | None, scale: float) -> Tensor:
+    """Choromanski et al. Lemma 1 (softmax kernel) or Sec. 2.2 (f = relu) on x * scale (d^-1/4).
 
     Softmax kernel: phi(x) = (exp(W x - |x|^2/2 - shift) + eps) / sqrt(m), with the documented
     stabiliser ``shift`` (detached; it cancels in the normalised output when eps = 0).
     ReLU: phi(x) = relu(W x) / sqrt(m) + eps.
     """
     m, d = w.shape
-    x = x * d ** -0.25
+    x = x * scale
     proj = x @ w.T
     if kernel == "relu":
         return F.relu(proj) / math.sqrt(m) + eps
     return (torch.exp(proj - 0.5 * (x * x).sum(-1, keepdim=True) - shift) + eps) / math.sqrt(m)
 
 
-def performer_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, w: Tensor, kernel: str, eps: float) -> Tensor:
+def performer_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, w: Tensor, kernel: str, eps: float,
+                        twice: bool = False, port_width: int | None = None) -> Tensor:
     """out_i = sum_j phi(q_i).phi(k_j) v_j / sum_j phi(q_i).phi(k_j) over real keys j (FAVOR+, Sec. 2.2).
 
     Stabilisers as documented in attention/performer.py: per query the max of its W q / d^1/4, for
     keys one max per (sample, head) over real keys and features.
+
+    The Nystromformer authors' LRA port, literally: ``twice``, q and k divided by d^1/4 before
+    the feature map's own d^-1/4; ``port_width``, the batch zero-padded to that width with K and V
+    multiplied by the mask, and every one of its keys real (in the stabiliser and the normaliser).
     """
-    d = q.shape[-1]
+    n, d = q.shape[2], q.shape[-1]
+    scale = d ** (-0.5 if twice else -0.25)
+    if port_width is not None:
+        grow = (0, 0, 0, port_width - n)
+        q = F.pad(q, grow)
+        k = F.pad(k * mask[:, None, :, None], grow)
+        v = F.pad(v * mask[:, None, :, None], grow)
+        keys = torch.ones(q.shape[0], port_width, dtype=torch.bool, device=q.device)
+    else:
+        keys = mask
     if kernel == "relu":
         sq = sk = None
     else:
-        pq = (q * d ** -0.25) @ w.T
-        pk = (k * d ** -0.25) @ w.T
-        sq = pq.detach().amax(-1, keepdim=True)
-        per_key = pk.detach().amax(-1).masked_fill(~mask[:, None, :], float("-inf")).amax(-1)   # [B, H]
+        sq = ((q * scale) @ w.T).detach().amax(-1, keepdim=True)
+        per_key = ((k * scale) @ w.T).detach().amax(-1).masked_fill(~keys[:, None, :], float("-inf")).amax(-1)
         sk = torch.where(torch.isfinite(per_key), per_key, torch.zeros_like(per_key))[..., None, None]
-    phi_q = performer_features(q, w, kernel, eps, sq)
-    phi_k = performer_features(k, w, kernel, eps, sk)
-    a = (phi_q @ phi_k.transpose(-1, -2)) * mask[:, None, None, :]
+    phi_q = performer_features(q, w, kernel, eps, sq, scale)
+    phi_k = performer_features(k, w, kernel, eps, sk, scale)
+    a = (phi_q @ phi_k.transpose(-1, -2)) * keys[:, None, None, :]
     den = a.sum(-1, keepdim=True)
     den = torch.where(den > 0, den, torch.ones_like(den))
-    return rows((a @ v) / den, mask)
+    return rows(((a @ v) / den)[:, :, :n], mask)
 
 
 # ----------------------------------------------------------------------------- projections

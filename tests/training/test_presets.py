@@ -37,13 +37,19 @@ def test_ablation_rows_are_named():
     assert cfg.attention._target_.endswith("AdaMRAAttention")
 
 
-def test_linear_unnormalised_ablation_is_recorded_under_its_own_name():
-    """The port's model must never land in the Linear Transformer's row; the ablation selects its variant."""
+def test_port_ablations_are_recorded_under_their_own_names():
+    """A port's model must never land in the paper model's row; the ablation selects its variant."""
     cfg = compose_run("experiment=xiong2021", "task=listops", "+ablation=linear_unnormalised")
     assert cfg.attention_name == "linear_unnormalised" and cfg.attention.normaliser == "sqrt_len"
     assert cfg.attention._target_ == "attention.linear.LinearAttention"
     plain = compose_run("experiment=xiong2021", "task=listops", "attention=linear")
     assert plain.attention_name == "linear" and "normaliser" not in plain.attention   # eq. 6, the default
+    port = compose_run("experiment=xiong2021", "task=listops", "+ablation=performer_port")
+    assert port.attention_name == "performer_port" and port.attention._target_ == "attention.performer.PerformerAttention"
+    assert (port.attention.scaling, port.attention.padded_keys, port.attention.nb_features, port.attention.eps,
+            port.attention.redraw_interval) == ("twice", "zero_keys", 256, 1e-4, 0)    # the port's settings
+    plain = compose_run("experiment=xiong2021", "task=listops", "attention=performer_32")
+    assert "scaling" not in plain.attention and "padded_keys" not in plain.attention  # FAVOR+, the defaults
 
 
 def test_every_ablation_names_the_variant_it_belongs_to():
@@ -51,6 +57,7 @@ def test_every_ablation_names_the_variant_it_belongs_to():
     owners = {name: ablation_owner(name) for name in config_names("ablation")}
     assert all(owner in config_names("attention") for owner in owners.values()), owners
     assert owners["linear_unnormalised"] == "linear" and owners["adamra_t5_elu"] == "adamra"
+    assert owners["performer_port"] == "performer"
 
 
 def test_unknown_experiment_lists_valid_ones(tmp_path):
