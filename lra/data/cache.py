@@ -4,6 +4,10 @@ The key is a hash of every setting that changes preprocessing, so changing one n
 stale cache. A cache directory is built in a temporary sibling and renamed into place only when
 complete (a ``COMPLETE`` marker is written last), under a file lock, so an interrupted build never
 leaves a cache that looks complete and two processes never build the same one at once.
+
+The key says which settings built a cache, not what it holds: the same settings on another machine
+or code version could generate other data. :func:`fingerprint` (a hash of the arrays, written at the
+build) says what it holds; a run records it, and a resume onto different data is refused.
 """
 from __future__ import annotations
 
@@ -17,9 +21,10 @@ from typing import Any, Callable
 import numpy as np
 from filelock import FileLock
 
-from lra.files import ensure_writable, write_json
+from lra.files import ensure_writable, write_json, write_text
 
 MARKER = "COMPLETE"
+FINGERPRINT = "fingerprint"
 
 
 def settings_key(settings: dict[str, Any]) -> str:
@@ -47,6 +52,7 @@ def build_once(target: Path, build: Callable[[Path], None], settings: dict[str, 
             build(tmp)
             if settings is not None:
                 write_json(tmp / "settings.json", settings)
+            fingerprint(tmp)
             (tmp / MARKER).write_text("ok\n")
             if target.exists():  # leftover of an older layout or an aborted rename
                 shutil.rmtree(target)
@@ -54,6 +60,27 @@ def build_once(target: Path, build: Callable[[Path], None], settings: dict[str, 
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def fingerprint(directory: Path) -> str:
+    """sha256 of a cache's arrays (every ``.npy``, headers included, in name order), 16 hex digits:
+    computed at the build and kept beside them; a cache built before fingerprints gets it on first use."""
+    directory = Path(directory)
+    kept = directory / FINGERPRINT
+    if kept.is_file():
+        return kept.read_text().strip()
+    digest = hashlib.sha256()
+    for path in sorted(directory.glob("*.npy")):
+        digest.update(path.name.encode() + b"\0")
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 22):
+                digest.update(chunk)
+    value = digest.hexdigest()[:16]
+    try:
+        write_text(kept, value + "\n")
+    except OSError:  # a read-only data folder: computed again next time
+        pass
+    return value
 
 
 def save_split(directory: Path, split: str, ids: np.ndarray, lengths: np.ndarray, labels: np.ndarray) -> None:

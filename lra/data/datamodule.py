@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 from lra.badinput import ConfigError
-from lra.data.cache import build_once, load_split, settings_key
+from lra.data.cache import build_once, fingerprint, load_split, settings_key
 from lra.files import ensure_writable
 from lra.data.sampling import StepStreamSampler
 
@@ -100,6 +100,11 @@ class CachedDataModule(pl.LightningDataModule):
     def prepare_data(self) -> None:
         ensure_writable(self.data_dir)
         build_once(self.cache_dir, self.build, self.settings())
+
+    @property
+    def fingerprint(self) -> str:
+        """What the cache holds (:func:`lra.data.cache.fingerprint`); the cache must be built."""
+        return fingerprint(self.cache_dir)
 
     def setup(self, stage: str | None = None) -> None:
         if self.datasets:

@@ -23,7 +23,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.badinput import BadInputError, DataMissingError
 from lra.identity import run_key
-from lra.records import is_rank_zero, load_records
+from lra.records import NullRecord, RunRecord, is_rank_zero, load_records
 from lra.training.checkpoints import LastCheckpoint, validates_next
 
 RESUMABLE = ("running", "interrupted", "failed")
@@ -90,6 +90,23 @@ def identical_run_lock(cfg: DictConfig) -> Iterator[None]:
         yield
     finally:
         lock.release()
+
+
+def check_same_data(record: RunRecord, datamodule: Any, resuming: bool) -> None:
+    """A run trains on one dataset. Record what its cache holds (``data_fingerprint``), and refuse to
+    resume a run onto other data: the same settings generated on another machine or by other code,
+    or a damaged copy, would continue it silently on different examples. A record from before
+    fingerprints takes the data of its next resume."""
+    if isinstance(record, NullRecord) or not hasattr(datamodule, "fingerprint"):
+        return
+    found, started = datamodule.fingerprint, record.data.get("data_fingerprint")
+    if resuming and started is not None and started != found:
+        raise BadInputError(
+            f"run {record.data['run_id']} trained on {record.data.get('task')} data with fingerprint {started}, and "
+            f"the data here ({datamodule.cache_dir}) has fingerprint {found}: resuming would continue it on "
+            "other examples. Resume it with the data it started on (copy that folder here), or start a new "
+            "run of this configuration with resume=false")
+    record.update(data_fingerprint=found).write()   # now: a killed run must keep it
 
 
 def check_checkpoint(module: pl.LightningModule, path: str | Path, own: bool = False) -> None:

@@ -24,7 +24,8 @@ from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, wr
 from lra.training.checkpoints import LAST, AtomicCheckpointIO, LastCheckpoint, best_checkpoint
 from lra.training.compile import CompileNetwork, trainer_settings
 from lra.identity import run_key
-from lra.training.resume import GracefulStop, StopRequested, boot_id, check_checkpoint, find_previous, identical_run_lock
+from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, check_same_data, find_previous,
+                                 identical_run_lock)
 from lra.training.threads import apply_threads
 from models.module import LRAModule
 from models.network import LRAClassifier
@@ -155,6 +156,7 @@ def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, st
         cpu_hint(cfg.get("protocol"), cfg.trainer.get("accelerator"))
     datamodule = instantiate(cfg.task.datamodule)
     datamodule.prepare_data()  # data problems surface here, before any model or trainer exists
+    check_same_data(record, datamodule, resuming=bool(resume_from) and cfg.mode == "train")
     module = build_module(cfg)
     if resume_from:
         check_checkpoint(module, resume_from, own=not cfg.get("ckpt_path"))

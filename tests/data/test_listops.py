@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from lra.data.cache import is_complete
+from lra.data.cache import FINGERPRINT, is_complete
 from lra.data.listops import (VOCAB, VOCAB_SIZE, ListOpsDataModule, apply_op, encode, evaluate, generate,
                          generate_one, read_tsv, tokenize, write_tsv)
 
@@ -126,6 +126,23 @@ def test_datamodule_batches_and_cache_key(tmp_path):
     assert other.cache_dir != dm.cache_dir  # preprocessing settings name the cache
     assert _dm(tmp_path, max_len=32).cache_dir != dm.cache_dir
     assert is_complete(dm.cache_dir)
+
+
+def test_cache_fingerprint_is_kept_at_the_build_and_says_what_the_arrays_hold(tmp_path):
+    dm = _dm(tmp_path)
+    dm.prepare_data()
+    kept = (dm.cache_dir / FINGERPRINT).read_text().strip()
+    assert dm.fingerprint == kept and len(kept) == 16
+    again = _dm(tmp_path / "again")
+    again.prepare_data()
+    assert again.fingerprint == kept                       # the seeded generator, built again elsewhere
+    (dm.cache_dir / FINGERPRINT).unlink()                  # a cache from before fingerprints: computed on use
+    assert dm.fingerprint == kept and (dm.cache_dir / FINGERPRINT).is_file()
+    labels = np.load(dm.cache_dir / "train_labels.npy")
+    labels[7] = (labels[7] + 1) % 10
+    np.save(dm.cache_dir / "train_labels.npy", labels)     # one label of 40 changed
+    (dm.cache_dir / FINGERPRINT).unlink()
+    assert dm.fingerprint != kept
 
 
 def test_interrupted_build_leaves_no_complete_cache(tmp_path, monkeypatch):

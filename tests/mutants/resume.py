@@ -99,4 +99,16 @@ MUTANTS = [
            "deque(maxlen=STEP_WINDOW)", "deque()",
            "the ETA asked after every step sorts every step time so far: its cost grows with the run, and it "
            "never follows a change of load", ("tests/training/test_run_identity.py::test_forecast_follows_the_recent_steps_in_bounded_work",)),
+    Mutant("resume-onto-other-data", "lra/training/resume.py",
+           "    if resuming and started is not None and started != found:", "    if False:",
+           "a run resumed where the same settings generated other data continues on other examples, silently",
+           (f"{RESUME[0]}::test_a_resume_onto_other_data_is_refused",)),
+    Mutant("resume-data-fingerprint-kept-only-at-the-end", "lra/training/resume.py",
+           "    record.update(data_fingerprint=found).write()", "    record.update(data_fingerprint=found)",
+           "a killed run's record never says what data it trained on: nothing to hold its resume to",
+           (f"{RESUME[0]}::test_a_resume_onto_other_data_is_refused",)),
+    Mutant("resume-data-fingerprint-ignores-content", "lra/data/cache.py",
+           "                digest.update(chunk)", "                pass",
+           "the fingerprint hashes file names only: other data looks the same",
+           ("tests/data/test_listops.py::test_cache_fingerprint_is_kept_at_the_build_and_says_what_the_arrays_hold",)),
 ]

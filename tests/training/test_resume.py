@@ -16,9 +16,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from lra.data.cache import FINGERPRINT
 from tests.conftest import ROOT, TINY_LISTOPS
 from tests.forkrun import RunServer
 from tests.killpoints import pause_fifos
@@ -173,6 +175,30 @@ def test_finished_config_is_not_run_twice(server, data, tmp_path):
 def test_resume_true_without_checkpoint_explains(cli):
     proc = cli(*TINY_LISTOPS, "trainer.max_steps=2", "resume=true", check=False)
     assert proc.returncode != 0 and "no checkpoint of an unfinished run" in proc.stderr
+
+
+def test_a_resume_onto_other_data_is_refused(server, data, uninterrupted, tmp_path):
+    """The same settings can generate other data elsewhere (another generator version, a damaged
+    copy): a run must not continue on it silently. Refused, it loses nothing: with its own data the
+    same command resumes it to the uninterrupted run."""
+    killed = server.run([*ALIGNED, *kill_at("save:3")], tmp_path, env(tmp_path, data), check=False)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    (rec,) = records(tmp_path)
+    (cache,) = (marker.parent for marker in data.glob("listops/cache-*/COMPLETE"))
+    assert rec["data_fingerprint"] == (cache / FINGERPRINT).read_text().strip()
+    other = tmp_path / "other-data"
+    shutil.copytree(cache, other / "listops" / cache.name)
+    labels = np.load(cache / "train_labels.npy")
+    labels[0] = (labels[0] + 1) % 10
+    np.save(other / "listops" / cache.name / "train_labels.npy", labels)
+    (other / "listops" / cache.name / FINGERPRINT).unlink()   # built elsewhere: its own fingerprint
+    proc = server.run(ALIGNED, tmp_path, env(tmp_path, other), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert f"fingerprint {rec['data_fingerprint']}" in proc.stderr and "resume=false" in proc.stderr
+    server.run(ALIGNED, tmp_path, env(tmp_path, data))
+    resumed = outcome(tmp_path)
+    assert resumed["resumed"] and resumed["metrics"] == uninterrupted["aligned"]["metrics"]
+    assert resumed["curve"] == uninterrupted["aligned"]["curve"]
 
 
 def test_incompatible_checkpoint_is_rejected(server, data, tmp_path):
