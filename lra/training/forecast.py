@@ -46,7 +46,7 @@ from lra.stamp import cpu_model, git_commit
 
 log = logging.getLogger(__name__)
 FORWARD_SHARE = 1 / 4  # an evaluation forward (no autograd) / a training step, same positions. Measured on one CPU
-# thread, ListOps xiong2021: 0.21 (nystromformer), 0.22 (linear_unnormalised), 0.26 (adamra), 0.28 (linear);
+# thread, ListOps xiong2021: 0.21 (nystromformer), 0.22 (linear_unnormalised); from issue 33's figures 0.26 (adamra), 0.28 (linear);
 # the textbook 1/3 (backward = 2 forwards) leaves out what no_grad saves.
 STEP_WINDOW = 200  # timed steps the step cost is the median of
 
@@ -101,7 +101,9 @@ class RunForecast(pl.Callback):
         self.val_every = int(every) if isinstance(every, (int, float)) and every != float("inf") else None
         dm = getattr(trainer, "datamodule", None)
         try:
-            self.val_batches = _count(trainer.limit_val_batches, len(dm.val_dataloader())) if dm else 0
+            # the loader first: a datamodule may apply (and pin) a fractional limit itself
+            available = len(dm.val_dataloader()) if dm else 0
+            self.val_batches = _count(trainer.limit_val_batches, available)
         except (TypeError, AttributeError, NotImplementedError):
             self.val_batches = 0
         self.val_share = dm.eval_share("val") if self.val_batches and hasattr(dm, "eval_share") else None
