@@ -47,7 +47,8 @@ from lra.stamp import cpu_model, git_commit
 log = logging.getLogger(__name__)
 FORWARD_SHARE = 1 / 4  # an evaluation forward (no autograd) / a training step, same positions. Measured on one CPU
 # thread, ListOps xiong2021: 0.21 (nystromformer), 0.22 (linear_unnormalised); from issue 33's figures 0.26 (adamra), 0.28 (linear);
-# the textbook 1/3 (backward = 2 forwards) leaves out what no_grad saves.
+# the textbook 1/3 (backward = 2 forwards) leaves out what no_grad saves. Not every variant: bigbird's is about 0.44
+# (its first validation took 40.9 s where this estimated 18.2 s); the first measured validation replaces the estimate.
 STEP_WINDOW = 200  # timed steps the step cost is the median of
 
 

@@ -18,10 +18,10 @@ import torch
 from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 
+from attention.performer import PerformerAttention, orthogonal_gaussian
+from lra.training.train import build_module
+
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT))
-from attention.performer import PerformerAttention, orthogonal_gaussian  # noqa: E402
-from lra.training.train import build_module  # noqa: E402
 
 
 def main(checkpoint: str, draws: int) -> None:
