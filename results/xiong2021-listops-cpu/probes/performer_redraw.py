@@ -39,10 +39,13 @@ def main(checkpoint: str, draws: int) -> None:
 
     print(f"stored features: {accuracy():.4f}", flush=True)
     for seed in range(draws):
+        # the layer's own draw (its settings), from a seeded generator rather than the training stream,
+        # so the probe prints the same figures whatever state the checkpoint left that stream in
         g = torch.Generator().manual_seed(1000 + seed)
         for layer in layers:
             layer.features = orthogonal_gaussian(layer.nb_features, layer.head_dim,
-                                                 lambda shape, dtype: torch.randn(shape, generator=g, dtype=dtype))
+                                                 lambda shape, dtype: torch.randn(shape, generator=g, dtype=dtype),
+                                                 layer.orthogonal)
         print(f"fresh draw {seed}: {accuracy():.4f}", flush=True)
 
 
