@@ -11,6 +11,7 @@ Points (``at``):
 * ``save:K``      right after the K-th checkpoint file (``last.ckpt`` or ``best-*.ckpt``) is written
 * ``step:S``      in the middle of training step S (after its backward, before the optimiser step)
 * ``val:S:J``     in the middle of the validation after step S, after its J-th batch (from 1)
+* ``val_end:S``   as the validation after step S ends (after its last batch, in ``on_validation_end``)
 * ``after_val:S`` after step S and its validation have ended, before step S+1 starts
 * ``test:J``      in the middle of the test pass, after its J-th batch (from 1)
 
@@ -27,7 +28,7 @@ from typing import Any
 
 import pytorch_lightning as pl
 
-POINTS = ("save", "step", "val", "after_val", "test")
+POINTS = ("save", "step", "val", "val_end", "after_val", "test")
 
 
 class AtPoint(pl.Callback):
@@ -69,6 +70,10 @@ class AtPoint(pl.Callback):
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any,
                                 batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         if self.kind == "val" and not trainer.sanity_checking and (trainer.global_step, batch_idx + 1) == self.numbers:
+            self._fire()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.kind == "val_end" and not trainer.sanity_checking and trainer.global_step == self.numbers[0]:
             self._fire()
 
     def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:

@@ -15,6 +15,8 @@ exactly:
   ``ModelCheckpoint``, and Lightning resumes from there without repeating the validation).
 
 A save that falls due at a step a validation follows is deferred until that validation ends.
+Lightning's resume can set its loggers' step one off (after a stop at its SIGTERM exit, and at the
+end of training): :meth:`LastCheckpoint.on_load_checkpoint` puts it back.
 The best-validation checkpoint is :class:`BestCheckpoint`: its state follows its folder, so a run
 resumed from a folder moved to another path (a checkpoint committed here, resumed in another clone)
 keeps its best so far.
@@ -118,6 +120,7 @@ class LastCheckpoint(Checkpoint):
         self.pending = False  # a save fell due at a step a validation follows
         self.saved_step: int | None = None
         self._last_time = time.monotonic()
+        self._restored = False
 
     @property
     def path(self) -> Path:
@@ -135,6 +138,26 @@ class LastCheckpoint(Checkpoint):
         trainer.save_checkpoint(self.path)
         self.saved_step, self.pending = trainer.global_step, False
         self._last_time = time.monotonic()
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]) -> None:
+        """Lightning's resume re-derives the step its loggers write (``_batches_that_stepped``) from the
+        loop state the checkpoint was saved in, and gets it one off in two places: too high after a save at
+        its SIGTERM exit after a validation (every later metric landed one step late, and the training loss
+        was logged for other steps), too low for a run resumed after its last validation (it only tests,
+        and logged the test a step early). Between training steps the count equals ``global_step``, one
+        per optimiser step: it is set so before the first batch, or the test, that follows the restore."""
+        self._restored = True
+
+    def _realign_logger_step(self, trainer: pl.Trainer) -> None:
+        if self._restored:
+            self._restored = False
+            trainer.fit_loop.epoch_loop._batches_that_stepped = trainer.global_step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._realign_logger_step(trainer)
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._realign_logger_step(trainer)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
         if not (self.pending or self._due(trainer)) or self.saved_step == trainer.global_step:
