@@ -1,8 +1,9 @@
 """A run killed at ANY point resumes, with the same command, to exactly the uninterrupted run: the
 same best validation (and its step, ties to the first), test accuracy and loss, steps, learning curve,
-best checkpoint, and the curves its logger wrote (steps and values). The run stops itself at each chosen point (``tests/killpoints.py``): after every
-checkpoint write, in the middle of a training step, of a validation and of the test pass, and right
-after a validation; with checkpoint steps that coincide with validation steps and ones that never do.
+best checkpoint, and the curves its logger wrote (steps and values). The run stops itself at each
+chosen point (``tests/killpoints.py``): after every checkpoint write, in the middle of a training
+step, of a validation and of the test pass, as a validation ends and right after it; with checkpoint
+steps that coincide with validation steps and ones that never do.
 SIGTERM and Ctrl-C stop gracefully at those points too and resume exactly.
 
 Runs go through ``tests/forkrun.py`` (``python run.py`` forked from a process that imported the suite
