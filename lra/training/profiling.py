@@ -27,7 +27,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from lra.footprint import PeakMemory, count_parameters  # noqa: F401 (count_parameters re-exported)
+from lra.footprint import METHOD_NOTES, PeakMemory, count_parameters
 
 log = logging.getLogger(__name__)
 PHASES = ("train", "val", "test")
@@ -170,11 +170,25 @@ class ThroughputMonitor(pl.Callback):
 
 
 class PeakMemoryMonitor(pl.Callback):
+    """Peak memory per phase (:mod:`lra.footprint`), over the whole run, not only its last stretch.
+
+    The training and validation peaks of earlier stretches travel in the checkpoint (``state_dict``,
+    the open phase's peak so far included), so a resumed run's record gives the run's peak, as the
+    uninterrupted run's does. ``from_step`` says from which step the figures cover: 0 for the whole
+    run; the resume step after a checkpoint that carried no peaks (written before they were kept) or
+    was measured by another method (another device, or a kernel without ``clear_refs``), which cannot
+    be compared. The test peak and the ``*_start_mb`` figures are this invocation's.
+    """
+
     def __init__(self) -> None:
         self.meter: PeakMemory | None = None
-        self.peaks: dict[str, float | None] = {p: None for p in PHASES}
+        self.peaks: dict[str, float | None] = {p: None for p in PHASES}  # this invocation's
         self.start_mb: dict[str, float | None] = {p: None for p in PHASES}
+        self.earlier: dict[str, Any] = {}  # from the checkpoint: from_step, method, train_mb, val_mb
+        self.from_step: int | None = None  # the step this invocation's training started from
+        self._open: str | None = None
         self._training = False
+        self._fit_over = False
 
     def _begin(self, phase: str, pl_module: pl.LightningModule) -> None:
         if self.meter is None:
@@ -182,13 +196,20 @@ class PeakMemoryMonitor(pl.Callback):
         if self.start_mb[phase] is None:
             self.start_mb[phase] = self.meter.current_mb()
         self.meter.reset()
+        self._open = phase
 
     def _close(self, phase: str) -> None:
         if self.meter is not None:
             peak = self.meter.peak_mb()
             self.peaks[phase] = peak if self.peaks[phase] is None else max(self.peaks[phase], peak)
+        self._open = None
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        # a test restores callbacks from the best checkpoint (an older state): it must not replace the run's
+        self._fit_over = stage != "fit"
 
     def on_train_start(self, trainer, pl_module) -> None:
+        self.from_step = trainer.global_step
         self._training = True
         self._begin("train", pl_module)
 
@@ -211,6 +232,7 @@ class PeakMemoryMonitor(pl.Callback):
         self._report(trainer, "val")
         if self._training and self.meter is not None:
             self.meter.reset()
+            self._open = "train"
 
     def on_test_start(self, trainer, pl_module) -> None:
         self._begin("test", pl_module)
@@ -224,12 +246,38 @@ class PeakMemoryMonitor(pl.Callback):
         if self.peaks[phase] is not None and self.meter is not None:
             log.info("%s peak memory: %.1f MB (%s)", phase, self.peaks[phase], self.meter.method)
 
+    # -- over the run (checkpointed) ----------------------------------------------------------
+    def _method(self) -> str | None:
+        return self.meter.method if self.meter is not None else self.earlier.get("method")
+
+    def _run_peaks(self) -> tuple[dict[str, float | None], int | None]:
+        """Training and validation peaks so far, and the step they cover from."""
+        out: dict[str, float | None] = {}
+        comparable = bool(self.earlier) and self.earlier.get("method") == self._method()
+        for phase in ("train", "val"):
+            live = self.meter.peak_mb() if self._open == phase and self.meter is not None else None
+            values = [v for v in (self.peaks[phase], live, self.earlier.get(f"{phase}_mb") if comparable else None)
+                      if v is not None]
+            out[phase] = max(values) if values else None
+        return out, (self.earlier.get("from_step") if comparable else self.from_step)
+
+    def state_dict(self) -> dict[str, Any]:
+        peaks, from_step = self._run_peaks()
+        return {"from_step": from_step, "method": self._method(), "train_mb": peaks["train"], "val_mb": peaks["val"]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not self._fit_over:
+            self.earlier = dict(state)
+
     def record_fields(self) -> dict[str, Any]:
-        meter = self.meter
+        peaks, from_step = self._run_peaks()
+        method = self._method()
         return {"peak_memory": {
-            "method": meter.method if meter else None, "note": meter.note if meter else None,
-            **{f"{p}_mb": self.peaks[p] for p in PHASES},
+            "method": method, "note": METHOD_NOTES.get(method) if method else None,
+            "train_mb": peaks["train"], "val_mb": peaks["val"], "test_mb": self.peaks["test"], "from_step": from_step,
             **{f"{p}_start_mb": self.start_mb[p] for p in PHASES},
+            "covers": "train and val: the highest of every stretch from from_step on (kept in the checkpoint); "
+                      "test and *_start_mb: this invocation's",
         }}
 
 

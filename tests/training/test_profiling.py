@@ -126,3 +126,110 @@ def test_callbacks_count_exactly_and_reach_record_and_logger(tmp_path):
         columns = next(csv.reader(f))
     for key in ("profile/train_examples_per_s", "profile/test_peak_mb", "params/total"):
         assert key in columns
+
+
+
+class _ScriptedMeter:
+    """A PeakMemory whose resident set the test sets (:func:`_set_level`); ``peak_mb`` is the highest
+    level since the last reset, like VmHWM."""
+
+    level = 100.0
+    live: list[_ScriptedMeter] = []
+
+    def __init__(self, device) -> None:
+        self.method, self.note = footprint.CPU_RESET, footprint.METHOD_NOTES[footprint.CPU_RESET]
+        self.high = self.level
+        _ScriptedMeter.live.append(self)
+
+    def reset(self) -> None:
+        self.high = self.level
+
+    def peak_mb(self) -> float:
+        return self.high
+
+    def current_mb(self) -> float:
+        return self.level
+
+
+def _set_level(mb: float) -> None:
+    _ScriptedMeter.level = mb
+    for meter in _ScriptedMeter.live:
+        meter.high = max(meter.high, mb)
+
+
+def _stretch(ckpt_dir, max_steps: int, spikes: dict[tuple[str, int], float], ckpt_path=None, test_from=None) -> dict:
+    """Fit to ``max_steps`` (validation every 3 steps, a checkpoint every 2: ``step=2.ckpt``, ...),
+    from ``ckpt_path`` if given, then test ``test_from`` if given (as a run tests its best checkpoint).
+    ``spikes``: ``{(phase, global_step): MB}``, a transient rise inside that training step or
+    validation (the level falls back to 100 MB at once; the mark keeps it)."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from lra.training.profiling import PeakMemoryMonitor
+    from models.module import LRAModule
+
+    class Spikes(pl.Callback):
+        def spike(self, phase: str, step: int) -> None:
+            if (phase, step) in spikes:
+                _set_level(spikes[phase, step])
+                _set_level(100.0)
+
+        def on_train_batch_start(self, trainer, *args) -> None:
+            self.spike("train", trainer.global_step)
+
+        def on_validation_batch_start(self, trainer, *args) -> None:
+            self.spike("val", trainer.global_step)
+
+    b, n = 2, 12
+    torch.manual_seed(0)
+    net = LRAClassifier(functools.partial(SoftmaxAttention), vocab_size=9, num_classes=3, max_len=n, d_model=8,
+                        n_layers=1, n_heads=2, d_ffn=16, d_head=4, dropout=0.0)
+    module = LRAModule(net, num_classes=3, lr=1e-3, total_steps=6)
+    monitor = PeakMemoryMonitor()
+    ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="{step}", every_n_train_steps=2, save_top_k=-1)
+    trainer = pl.Trainer(max_steps=max_steps, val_check_interval=3, check_val_every_n_epoch=None, logger=False,
+                         callbacks=[monitor, Spikes(), ckpt], enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0, accelerator="cpu")
+    collate = lambda x: x[0]  # noqa: E731 (batches are prebuilt)
+    loader = lambda data: torch.utils.data.DataLoader(data, batch_size=1, collate_fn=collate)  # noqa: E731
+    _ScriptedMeter.level, _ScriptedMeter.live = 100.0, []
+    trainer.fit(module, loader(_batches(12, b, n, 0)), loader(_batches(2, b, n, 1)), ckpt_path=ckpt_path)
+    if test_from is not None:
+        trainer.test(module, loader(_batches(2, b, n, 2)), ckpt_path=test_from, verbose=False)
+    mem = monitor.record_fields()["peak_memory"]
+    return {k: mem[k] for k in ("train_mb", "val_mb", "from_step")}
+
+
+def _edit_state(src, dst, edit) -> None:
+    ckpt = torch.load(src, weights_only=False)
+    (key,) = [k for k in ckpt["callbacks"] if "PeakMemoryMonitor" in k]
+    edit(ckpt["callbacks"], key)
+    torch.save(ckpt, dst)
+
+
+def test_a_resumed_run_reports_the_peak_of_every_stretch(tmp_path, monkeypatch):
+    """Spikes of 900 MB in training step 1, 700 MB in the validation after step 3 and 950 MB in the
+    training step after it, then 100 MB to the end: a run resumed after them reports them from step
+    0, as the uninterrupted run does. Checkpoints are written while training is open (step 2, before
+    any validation; step 4, after one): the spikes reach them from the live high-water mark. Testing
+    an older checkpoint leaves the run's peaks alone. A checkpoint without the peaks (written before
+    they were kept) or measured by another method gives this stretch's figures and says from which step."""
+    import lra.training.profiling as profiling
+
+    monkeypatch.setattr(profiling, "PeakMemory", _ScriptedMeter)
+    spikes = {("train", 1): 900.0, ("val", 3): 700.0, ("train", 3): 950.0}
+
+    def peaks(train: float, val: float, from_step: int) -> dict:
+        return {"train_mb": train, "val_mb": val, "from_step": from_step}
+
+    assert _stretch(tmp_path / "whole", 6, spikes) == peaks(950.0, 700.0, 0)
+    ckpts = tmp_path / "first"
+    _stretch(ckpts, 4, spikes)  # writes step=2.ckpt and step=4.ckpt
+    assert _stretch(tmp_path / "r2", 6, {}, ckpts / "step=2.ckpt") == peaks(900.0, 100.0, 0)
+    # the test restores callbacks from the checkpoint it tests (step 2 here): not the run's peaks
+    assert _stretch(tmp_path / "r4", 6, {}, ckpts / "step=4.ckpt", ckpts / "step=2.ckpt") == peaks(950.0, 700.0, 0)
+    _edit_state(ckpts / "step=4.ckpt", tmp_path / "old.ckpt", lambda states, key: states.pop(key))
+    assert _stretch(tmp_path / "r-old", 6, {}, tmp_path / "old.ckpt") == peaks(100.0, 100.0, 4)
+    _edit_state(ckpts / "step=4.ckpt", tmp_path / "other.ckpt",
+                lambda states, key: states[key].update(method=footprint.CPU_LIFETIME))
+    assert _stretch(tmp_path / "r-other", 6, {}, tmp_path / "other.ckpt") == peaks(100.0, 100.0, 4)

@@ -88,6 +88,8 @@ def outcome(cwd: Path) -> dict:
     # the load is sampled at each validation of the stretch (every 10 steps here)
     loads = [(s["load_samples"], s["to_step"] // 10 - s["from_step"] // 10) for s in rec["efficiency"]["wall"]["segments"]]
     assert all(n == due for n, due in loads), loads
+    # peak memory too: the training and validation peaks cover every stretch (kept in the checkpoint)
+    assert rec["efficiency"]["peak_memory"]["from_step"] == 0, rec["efficiency"]["peak_memory"]
     return {"metrics": {k: rec["metrics"][k] for k in COMPARED}, "curve": rec["learning_curve"], "best": best,
             "logged": logged(cwd),
             "run_id": rec["run_id"], "resumed": rec.get("resumed", False), "restarts": rec.get("restart_count", 0)}
