@@ -15,6 +15,11 @@ Choices, written down:
 * The callbacks' own cost is measured: the time spent inside the throughput hooks outside the timed
   region, per step, as a percentage of the step time (``overhead``). Memory and parameter hooks run
   only at phase boundaries.
+* A resumed run reports the whole run, as the uninterrupted run does: the checkpoint carries the
+  training and validation counts and the peaks of earlier stretches, and each block says from which
+  step it covers (``from_step``). Each stretch skips its own warm-up (a new process warms up again).
+  Rates from another device, CPU model or thread count are not summed: the figures then start at the
+  resume, and ``from_step`` says so. The test pass and the ``*_start_mb`` figures are this invocation's.
 * Memory: see :mod:`lra.footprint`. Validation interrupting training is handled: the training peak is
   read before validation resets the high-water mark, and training resumes with a fresh mark.
 """
@@ -28,6 +33,7 @@ import pytorch_lightning as pl
 import torch
 
 from lra.footprint import METHOD_NOTES, PeakMemory, count_parameters
+from lra.stamp import cpu_model
 
 log = logging.getLogger(__name__)
 PHASES = ("train", "val", "test")
@@ -45,11 +51,19 @@ def _log_metrics(trainer: pl.Trainer, metrics: dict[str, float]) -> None:
         logger.log_metrics(clean, step=trainer.global_step)
 
 
+def _machine(pl_module: pl.LightningModule) -> str:
+    """What a rate depends on: rates from another device, CPU model or thread count are not summed."""
+    device = pl_module.device
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_model()
+    return f"{device.type}: {name}, {torch.get_num_threads()} threads"
+
+
 class _Meter:
     """Accumulates one phase's timed batches."""
 
     def __init__(self) -> None:
-        self.seen = 0          # batches that reached the start hook (warm-up included)
+        self.seen = 0          # batches that reached the start hook (warm-up included), over the run
+        self.here = 0          # the same, in this process (not checkpointed)
         self.steps = 0         # timed batches
         self.seconds = 0.0
         self.examples = 0
@@ -57,9 +71,21 @@ class _Meter:
         self.tokens: torch.Tensor | int = 0
         self.t0: float | None = None
 
-    def summary(self, warmup: int, per: str) -> dict[str, Any]:
+    COUNTS = ("seen", "steps", "seconds", "examples", "padded")
+
+    def state(self) -> dict[str, float]:
+        tokens = float(self.tokens.item()) if isinstance(self.tokens, torch.Tensor) else float(self.tokens)
+        return {**{k: getattr(self, k) for k in self.COUNTS}, "tokens": tokens}
+
+    def add(self, state: dict[str, float]) -> None:
+        """Counts of an earlier stretch of the run (from its checkpoint)."""
+        for k in self.COUNTS:
+            setattr(self, k, getattr(self, k) + type(getattr(self, k))(state[k]))
+        self.tokens = self.tokens + state["tokens"]
+
+    def summary(self, per: str) -> dict[str, Any]:
         plural = per + ("es" if per == "batch" else "s")
-        out: dict[str, Any] = {f"timed_{plural}": self.steps, f"warmup_{plural}": min(warmup, self.seen)}
+        out: dict[str, Any] = {f"timed_{plural}": self.steps, f"warmup_{plural}": self.seen - self.steps}
         if self.steps == 0 or self.seconds <= 0:
             return out | {"examples_per_s": None, "tokens_per_s": None, "padded_tokens_per_s": None,
                           f"ms_per_{per}": None}
@@ -79,6 +105,9 @@ class ThroughputMonitor(pl.Callback):
         self.warmup = {"train": warmup_steps, "val": eval_warmup_batches, "test": eval_warmup_batches}
         self.meters = {p: _Meter() for p in PHASES}
         self.overhead_s = 0.0
+        self.earlier: dict[str, Any] = {}  # from the checkpoint, added to the meters as fit starts
+        self.from_step: int | None = None
+        self.machine: str | None = None
 
     # -- shared hook bodies -------------------------------------------------------------------
     def _start(self, phase: str, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -87,7 +116,8 @@ class ThroughputMonitor(pl.Callback):
             return
         meter = self.meters[phase]
         meter.seen += 1
-        if meter.seen > self.warmup[phase]:
+        meter.here += 1
+        if meter.here > self.warmup[phase]:  # each process warms up again
             _sync(pl_module.device)
             meter.t0 = time.perf_counter()
             self.overhead_s += meter.t0 - h0
@@ -119,6 +149,27 @@ class ThroughputMonitor(pl.Callback):
                      fields[f"timed_{plural}"], plural)
 
     # -- Lightning hooks ----------------------------------------------------------------------
+    def on_fit_start(self, trainer, pl_module) -> None:
+        # after Lightning restored the callbacks' state (not yet the step), also where no step is left to run
+        self.machine = _machine(pl_module)
+        earlier, self.earlier = self.earlier, {}
+        if earlier and earlier.get("machine") == self.machine:
+            for phase in ("train", "val"):
+                self.meters[phase].add(earlier[phase])
+            self.overhead_s += earlier["overhead_s"]
+            self.from_step = earlier["from_step"]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"from_step": self.from_step, "machine": self.machine, "overhead_s": self.overhead_s,
+                **{p: self.meters[p].state() for p in ("train", "val")}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.earlier = dict(state)  # used as fit starts: the checkpoint a test restores is never added
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if self.from_step is None:  # nothing (comparable) carried over: figures start here
+            self.from_step = trainer.global_step
+
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._start("train", trainer, pl_module)
 
@@ -152,7 +203,7 @@ class ThroughputMonitor(pl.Callback):
 
     # -- results ------------------------------------------------------------------------------
     def phase_fields(self, phase: str) -> dict[str, Any]:
-        return self.meters[phase].summary(self.warmup[phase], "step" if phase == "train" else "batch")
+        return self.meters[phase].summary("step" if phase == "train" else "batch")
 
     def overhead(self) -> dict[str, float | None]:
         train = self.meters["train"]
@@ -164,21 +215,19 @@ class ThroughputMonitor(pl.Callback):
 
     def record_fields(self) -> dict[str, Any]:
         return {"throughput": {p: self.phase_fields(p) for p in PHASES} | {
-            "tokens": TOKEN_NOTE, "overhead": self.overhead(),
+            "tokens": TOKEN_NOTE, "overhead": self.overhead(), "from_step": self.from_step,
+            "machine": self.machine,
+            "covers": "train and val: every stretch from from_step on (kept in the checkpoint); "
+                      "test: this invocation's",
             "timing": "device-synchronised batch start..end hooks (forward, backward, optimiser); data loading excluded",
         }}
 
 
 class PeakMemoryMonitor(pl.Callback):
-    """Peak memory per phase (:mod:`lra.footprint`), over the whole run, not only its last stretch.
-
-    The training and validation peaks of earlier stretches travel in the checkpoint (``state_dict``,
-    the open phase's peak so far included), so a resumed run's record gives the run's peak, as the
-    uninterrupted run's does. ``from_step`` says from which step the figures cover: 0 for the whole
-    run; the resume step after a checkpoint that carried no peaks (written before they were kept) or
-    was measured by another method (another device, or a kernel without ``clear_refs``), which cannot
-    be compared. The test peak and the ``*_start_mb`` figures are this invocation's.
-    """
+    """Peak memory per phase (:mod:`lra.footprint`) over the whole run: a checkpoint carries the
+    training and validation peaks so far (the open phase's included). Peaks of another method
+    (another device, a kernel without ``clear_refs``) are not compared: the figures then start at
+    the resume."""
 
     def __init__(self) -> None:
         self.meter: PeakMemory | None = None

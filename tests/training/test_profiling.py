@@ -157,15 +157,17 @@ def _set_level(mb: float) -> None:
         meter.high = max(meter.high, mb)
 
 
-def _stretch(ckpt_dir, max_steps: int, spikes: dict[tuple[str, int], float], ckpt_path=None, test_from=None) -> dict:
+def _stretch(ckpt_dir, max_steps: int, spikes: dict[tuple[str, int], float], ckpt_path=None,
+             test_from=None) -> tuple[dict, dict]:
     """Fit to ``max_steps`` (validation every 3 steps, a checkpoint every 2: ``step=2.ckpt``, ...),
     from ``ckpt_path`` if given, then test ``test_from`` if given (as a run tests its best checkpoint).
     ``spikes``: ``{(phase, global_step): MB}``, a transient rise inside that training step or
-    validation (the level falls back to 100 MB at once; the mark keeps it)."""
+    validation (the level falls back to 100 MB at once; the mark keeps it). Returns the record's
+    peaks and the throughput counts (one warm-up batch per phase; every token real)."""
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from lra.training.profiling import PeakMemoryMonitor
+    from lra.training.profiling import PeakMemoryMonitor, ThroughputMonitor
     from models.module import LRAModule
 
     class Spikes(pl.Callback):
@@ -185,35 +187,48 @@ def _stretch(ckpt_dir, max_steps: int, spikes: dict[tuple[str, int], float], ckp
     net = LRAClassifier(functools.partial(SoftmaxAttention), vocab_size=9, num_classes=3, max_len=n, d_model=8,
                         n_layers=1, n_heads=2, d_ffn=16, d_head=4, dropout=0.0)
     module = LRAModule(net, num_classes=3, lr=1e-3, total_steps=6)
-    monitor = PeakMemoryMonitor()
+    monitor, throughput = PeakMemoryMonitor(), ThroughputMonitor(warmup_steps=1, eval_warmup_batches=1)
     ckpt = ModelCheckpoint(dirpath=ckpt_dir, filename="{step}", every_n_train_steps=2, save_top_k=-1)
     trainer = pl.Trainer(max_steps=max_steps, val_check_interval=3, check_val_every_n_epoch=None, logger=False,
-                         callbacks=[monitor, Spikes(), ckpt], enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, accelerator="cpu")
+                         callbacks=[monitor, throughput, Spikes(), ckpt], enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, accelerator="cpu")
     collate = lambda x: x[0]  # noqa: E731 (batches are prebuilt)
     loader = lambda data: torch.utils.data.DataLoader(data, batch_size=1, collate_fn=collate)  # noqa: E731
+    full = lambda batches: [{**x, "mask": torch.ones_like(x["mask"])} for x in batches]  # noqa: E731
     _ScriptedMeter.level, _ScriptedMeter.live = 100.0, []
-    trainer.fit(module, loader(_batches(12, b, n, 0)), loader(_batches(2, b, n, 1)), ckpt_path=ckpt_path)
+    trainer.fit(module, loader(full(_batches(12, b, n, 0))), loader(full(_batches(2, b, n, 1))), ckpt_path=ckpt_path)
     if test_from is not None:
         trainer.test(module, loader(_batches(2, b, n, 2)), ckpt_path=test_from, verbose=False)
     mem = monitor.record_fields()["peak_memory"]
-    return {k: mem[k] for k in ("train_mb", "val_mb", "from_step")}
+    counts = {"from_step": throughput.record_fields()["throughput"]["from_step"]}
+    if counts["from_step"] == 0 and ckpt_path is not None:  # carried over: the hooks' own time too
+        (earlier,) = [v for k, v in torch.load(ckpt_path, weights_only=False)["callbacks"].items()
+                      if "ThroughputMonitor" in k]
+        assert throughput.overhead_s > earlier["overhead_s"] > 0
+    for phase in ("train", "val"):
+        m = throughput.meters[phase]
+        assert m.examples == b * m.steps and m.padded == b * n * m.steps and int(m.tokens) == m.padded, phase
+        assert m.seconds > 0 or m.steps == 0
+        counts[phase] = (m.seen, m.steps)
+    return {k: mem[k] for k in ("train_mb", "val_mb", "from_step")}, counts
 
 
-def _edit_state(src, dst, edit) -> None:
+def _edit_state(src, dst, callback: str, edit) -> None:
     ckpt = torch.load(src, weights_only=False)
-    (key,) = [k for k in ckpt["callbacks"] if "PeakMemoryMonitor" in k]
+    (key,) = [k for k in ckpt["callbacks"] if callback in k]
     edit(ckpt["callbacks"], key)
     torch.save(ckpt, dst)
 
 
-def test_a_resumed_run_reports_the_peak_of_every_stretch(tmp_path, monkeypatch):
-    """Spikes of 900 MB in training step 1, 700 MB in the validation after step 3 and 950 MB in the
-    training step after it, then 100 MB to the end: a run resumed after them reports them from step
-    0, as the uninterrupted run does. Checkpoints are written while training is open (step 2, before
-    any validation; step 4, after one): the spikes reach them from the live high-water mark. Testing
-    an older checkpoint leaves the run's peaks alone. A checkpoint without the peaks (written before
-    they were kept) or measured by another method gives this stretch's figures and says from which step."""
+def test_a_resumed_run_reports_the_whole_run(tmp_path, monkeypatch):
+    """Peak memory: spikes of 900 MB in training step 1, 700 MB in the validation after step 3 and
+    950 MB in the training step after it, then 100 MB to the end; a run resumed after them reports
+    them from step 0, as the uninterrupted run does. Checkpoints are written while training is open
+    (step 2, before any validation; step 4, after one): the spikes reach them from the live
+    high-water mark. Throughput: the counts of every stretch add up, each process skipping its own
+    warm-up batch. Testing an older checkpoint changes neither. A checkpoint without the peaks
+    (written before they were kept), or measured by another method or on another machine, gives
+    this stretch's figures and says from which step."""
     import lra.training.profiling as profiling
 
     monkeypatch.setattr(profiling, "PeakMemory", _ScriptedMeter)
@@ -222,14 +237,23 @@ def test_a_resumed_run_reports_the_peak_of_every_stretch(tmp_path, monkeypatch):
     def peaks(train: float, val: float, from_step: int) -> dict:
         return {"train_mb": train, "val_mb": val, "from_step": from_step}
 
-    assert _stretch(tmp_path / "whole", 6, spikes) == peaks(950.0, 700.0, 0)
+    # (seen, timed) per phase: 6 steps, 1 warm-up; validations at 3 and 6 of 2 batches, 1 warm-up
+    assert _stretch(tmp_path / "whole", 6, spikes) == (peaks(950.0, 700.0, 0),
+                                                       {"from_step": 0, "train": (6, 5), "val": (4, 3)})
     ckpts = tmp_path / "first"
     _stretch(ckpts, 4, spikes)  # writes step=2.ckpt and step=4.ckpt
-    assert _stretch(tmp_path / "r2", 6, {}, ckpts / "step=2.ckpt") == peaks(900.0, 100.0, 0)
-    # the test restores callbacks from the checkpoint it tests (step 2 here): not the run's peaks
-    assert _stretch(tmp_path / "r4", 6, {}, ckpts / "step=4.ckpt", ckpts / "step=2.ckpt") == peaks(950.0, 700.0, 0)
-    _edit_state(ckpts / "step=4.ckpt", tmp_path / "old.ckpt", lambda states, key: states.pop(key))
-    assert _stretch(tmp_path / "r-old", 6, {}, tmp_path / "old.ckpt") == peaks(100.0, 100.0, 4)
-    _edit_state(ckpts / "step=4.ckpt", tmp_path / "other.ckpt",
-                lambda states, key: states[key].update(method=footprint.CPU_LIFETIME))
-    assert _stretch(tmp_path / "r-other", 6, {}, tmp_path / "other.ckpt") == peaks(100.0, 100.0, 4)
+    # from step 2: (2, 1) + (4, 3) training, (0, 0) + (4, 3) validation
+    assert _stretch(tmp_path / "r2", 6, {}, ckpts / "step=2.ckpt") == (peaks(900.0, 100.0, 0),
+                                                                       {"from_step": 0, "train": (6, 4), "val": (4, 3)})
+    # from step 4: (4, 3) + (2, 1), (2, 1) + (2, 1); the test restores callbacks from step 2's checkpoint
+    assert _stretch(tmp_path / "r4", 6, {}, ckpts / "step=4.ckpt", ckpts / "step=2.ckpt") == (
+        peaks(950.0, 700.0, 0), {"from_step": 0, "train": (6, 4), "val": (4, 2)})
+    here = {"from_step": 4, "train": (2, 1), "val": (2, 1)}  # this stretch alone
+    _edit_state(ckpts / "step=4.ckpt", tmp_path / "old.ckpt", "PeakMemoryMonitor", lambda cbs, key: cbs.pop(key))
+    assert _stretch(tmp_path / "r-old", 6, {}, tmp_path / "old.ckpt")[0] == peaks(100.0, 100.0, 4)
+    _edit_state(ckpts / "step=4.ckpt", tmp_path / "other.ckpt", "PeakMemoryMonitor",
+                lambda cbs, key: cbs[key].update(method=footprint.CPU_LIFETIME))
+    assert _stretch(tmp_path / "r-other", 6, {}, tmp_path / "other.ckpt")[0] == peaks(100.0, 100.0, 4)
+    _edit_state(ckpts / "step=4.ckpt", tmp_path / "moved.ckpt", "ThroughputMonitor",
+                lambda cbs, key: cbs[key].update(machine="cuda: NVIDIA H200, 1 threads"))
+    assert _stretch(tmp_path / "r-moved", 6, {}, tmp_path / "moved.ckpt") == (peaks(950.0, 700.0, 0), here)

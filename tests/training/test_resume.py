@@ -88,9 +88,15 @@ def outcome(cwd: Path) -> dict:
     # the load is sampled at each validation of the stretch (every 10 steps here)
     loads = [(s["load_samples"], s["to_step"] // 10 - s["from_step"] // 10) for s in rec["efficiency"]["wall"]["segments"]]
     assert all(n == due for n, due in loads), loads
-    # peak memory too: the training and validation peaks cover every stretch (kept in the checkpoint)
-    assert rec["efficiency"]["peak_memory"]["from_step"] == 0, rec["efficiency"]["peak_memory"]
-    return {"metrics": {k: rec["metrics"][k] for k in COMPARED}, "curve": rec["learning_curve"], "best": best,
+    # peak memory and throughput cover every stretch too (carried in the checkpoint); the batches
+    # they counted (timed + warm-up) are the uninterrupted run's, each training step once
+    eff = rec["efficiency"]
+    assert eff["peak_memory"]["from_step"] == 0 and eff["throughput"]["from_step"] == 0, eff
+    counted = {p: sum(v for k, v in eff["throughput"][p].items() if k.startswith(("timed_", "warmup_")))
+               for p in ("train", "val")}
+    assert counted["train"] == rec["metrics"]["train_steps"], eff["throughput"]
+    return {"metrics": {**{k: rec["metrics"][k] for k in COMPARED}, "batches_counted": counted},
+            "curve": rec["learning_curve"], "best": best,
             "logged": logged(cwd),
             "run_id": rec["run_id"], "resumed": rec.get("resumed", False), "restarts": rec.get("restart_count", 0)}
 
