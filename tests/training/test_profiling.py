@@ -128,7 +128,6 @@ def test_callbacks_count_exactly_and_reach_record_and_logger(tmp_path):
         assert key in columns
 
 
-
 class _ScriptedMeter:
     """A PeakMemory whose resident set the test sets (:func:`_set_level`); ``peak_mb`` is the highest
     level since the last reset, like VmHWM."""
