@@ -32,7 +32,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 
-from lra.footprint import METHOD_NOTES, PeakMemory, count_parameters
+from lra.footprint import PeakMemory, count_parameters
 from lra.stamp import cpu_model
 
 log = logging.getLogger(__name__)
@@ -225,19 +225,18 @@ class ThroughputMonitor(pl.Callback):
 
 class PeakMemoryMonitor(pl.Callback):
     """Peak memory per phase (:mod:`lra.footprint`) over the whole run: a checkpoint carries the
-    training and validation peaks so far (the open phase's included). Peaks of another method
-    (another device, a kernel without ``clear_refs``) are not compared: the figures then start at
-    the resume."""
+    training and validation peaks so far (the open phase's included), added back as fit starts, as
+    :class:`ThroughputMonitor` does. Peaks of another method (another device, a kernel without
+    ``clear_refs``) are not combined: the figures then start at the resume."""
 
     def __init__(self) -> None:
         self.meter: PeakMemory | None = None
-        self.peaks: dict[str, float | None] = {p: None for p in PHASES}  # this invocation's
+        self.peaks: dict[str, float | None] = {p: None for p in PHASES}  # train, val: with earlier stretches
         self.start_mb: dict[str, float | None] = {p: None for p in PHASES}
-        self.earlier: dict[str, Any] = {}  # from the checkpoint: from_step, method, train_mb, val_mb
-        self.from_step: int | None = None  # the step this invocation's training started from
+        self.earlier: dict[str, Any] = {}  # from the checkpoint, added to the peaks as fit starts
+        self.from_step: int | None = None
         self._open: str | None = None
         self._training = False
-        self._fit_over = False
 
     def _begin(self, phase: str, pl_module: pl.LightningModule) -> None:
         if self.meter is None:
@@ -249,16 +248,27 @@ class PeakMemoryMonitor(pl.Callback):
 
     def _close(self, phase: str) -> None:
         if self.meter is not None:
-            peak = self.meter.peak_mb()
-            self.peaks[phase] = peak if self.peaks[phase] is None else max(self.peaks[phase], peak)
+            self.peaks[phase] = self._peak(phase)
         self._open = None
 
-    def setup(self, trainer, pl_module, stage: str) -> None:
-        # a test restores callbacks from the best checkpoint (an older state): it must not replace the run's
-        self._fit_over = stage != "fit"
+    def _peak(self, phase: str) -> float | None:
+        """The phase's peak so far, the open phase's live high-water mark included."""
+        live = self.meter.peak_mb() if self._open == phase and self.meter is not None else None
+        values = [v for v in (self.peaks[phase], live) if v is not None]
+        return max(values) if values else None
+
+    def on_fit_start(self, trainer, pl_module) -> None:
+        # after Lightning restored the callbacks' state (not yet the step); the test's restore never reaches here
+        if self.meter is None:
+            self.meter = PeakMemory(pl_module.device)
+        earlier, self.earlier = self.earlier, {}
+        if earlier and earlier.get("method") == self.meter.method:
+            self.peaks["train"], self.peaks["val"] = earlier["train_mb"], earlier["val_mb"]
+            self.from_step = earlier["from_step"]
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self.from_step = trainer.global_step
+        if self.from_step is None:  # nothing (comparable) carried over: figures start here
+            self.from_step = trainer.global_step
         self._training = True
         self._begin("train", pl_module)
 
@@ -295,36 +305,19 @@ class PeakMemoryMonitor(pl.Callback):
         if self.peaks[phase] is not None and self.meter is not None:
             log.info("%s peak memory: %.1f MB (%s)", phase, self.peaks[phase], self.meter.method)
 
-    # -- over the run (checkpointed) ----------------------------------------------------------
-    def _method(self) -> str | None:
-        return self.meter.method if self.meter is not None else self.earlier.get("method")
-
-    def _run_peaks(self) -> tuple[dict[str, float | None], int | None]:
-        """Training and validation peaks so far, and the step they cover from."""
-        out: dict[str, float | None] = {}
-        comparable = bool(self.earlier) and self.earlier.get("method") == self._method()
-        for phase in ("train", "val"):
-            live = self.meter.peak_mb() if self._open == phase and self.meter is not None else None
-            values = [v for v in (self.peaks[phase], live, self.earlier.get(f"{phase}_mb") if comparable else None)
-                      if v is not None]
-            out[phase] = max(values) if values else None
-        return out, (self.earlier.get("from_step") if comparable else self.from_step)
-
     def state_dict(self) -> dict[str, Any]:
-        peaks, from_step = self._run_peaks()
-        return {"from_step": from_step, "method": self._method(), "train_mb": peaks["train"], "val_mb": peaks["val"]}
+        return {"from_step": self.from_step, "method": self.meter.method if self.meter else None,
+                "train_mb": self._peak("train"), "val_mb": self._peak("val")}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if not self._fit_over:
-            self.earlier = dict(state)
+        self.earlier = dict(state)
 
     def record_fields(self) -> dict[str, Any]:
-        peaks, from_step = self._run_peaks()
-        method = self._method()
+        meter = self.meter
         return {"peak_memory": {
-            "method": method, "note": METHOD_NOTES.get(method) if method else None,
-            "train_mb": peaks["train"], "val_mb": peaks["val"], "test_mb": self.peaks["test"], "from_step": from_step,
-            **{f"{p}_start_mb": self.start_mb[p] for p in PHASES},
+            "method": meter.method if meter else None, "note": meter.note if meter else None,
+            "train_mb": self._peak("train"), "val_mb": self._peak("val"), "test_mb": self.peaks["test"],
+            "from_step": self.from_step, **{f"{p}_start_mb": self.start_mb[p] for p in PHASES},
             "covers": "train and val: the highest of every stretch from from_step on (kept in the checkpoint); "
                       "test and *_start_mb: this invocation's",
         }}
