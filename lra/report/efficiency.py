@@ -356,6 +356,21 @@ def smat_reference_table() -> Table:
     return table
 
 
+def throughput_from_step(rec: dict) -> int | None:
+    """Step from which a record's throughput counts (0: the whole run; None: resumed, start unknown).
+
+    Records written before ``throughput.from_step`` existed (2026-11-29) kept only the stretch after
+    their last resume: its start is the last wall-clock segment's ``from_step``."""
+    eff = rec.get("efficiency") or {}
+    tp = eff.get("throughput") or {}
+    if "from_step" in tp:
+        return int(tp["from_step"])
+    if not rec.get("resume_count"):
+        return 0
+    segments = (eff.get("wall") or {}).get("segments") or []
+    return int(segments[-1].get("from_step", 0)) if segments else None
+
+
 def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[str]]]) -> tuple[list[TradeoffPoint], str | None]:
     """Bubble-chart points from the accuracy runs themselves (no smat bench needed): training
     examples/s (mean over the row's runs) with the row's Avg, on one device only. Circle size =
@@ -363,6 +378,7 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
     the whole process's resident peak, about the same for every variant, and is not drawn."""
     points: list[TradeoffPoint] = []
     devices, methods = set(), set()
+    used = partial = 0
     for attn, (avg, _) in sorted(averages.items(), key=lambda kv: order(kv[0])):
         runs = [r.rec for c in group.rows.get((attn, ()), {}).values() for r in c.runs.values()]
         eff = [((r.get("efficiency") or {}).get("throughput") or {}).get("train", {}).get("examples_per_s") for r in runs]
@@ -372,6 +388,8 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
             points.append((attn, sum(eff) / len(eff), shown, avg))
             devices |= {device_label(r) for r in runs}
             methods |= {str(((r.get("efficiency") or {}).get("peak_memory") or {}).get("method")) for r in runs}
+            used += len(runs)
+            partial += sum(throughput_from_step(r) != 0 for r in runs)
     if len(devices) != 1 or not points:
         return [], None
     memory = all(m.startswith("cuda") for m in methods) and all(p[2] is not None for p in points)
@@ -381,4 +399,6 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
     return points, (f"this suite: training throughput of the protocol {group.protocol} runs on {devices.pop()}; "
                     f"accuracy = {accuracy_label(tasks, group.protocol)}"
                     + ("" if memory else "; circle size: not memory (a CPU run's peak is the whole process's, "
-                                         "about the same for every variant)"))
+                                         "about the same for every variant)")
+                    + (f"; throughput of {partial} of {used} runs covers only their steps after a resume "
+                       "(earlier stretches not kept: throughput.from_step)" if partial else ""))

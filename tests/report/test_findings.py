@@ -17,7 +17,7 @@ from lra.report.accuracy import accuracy_table, across_table, significance_table
 from lra.report.build import excluded_csv, excluded_section
 from lra.report.cells import AccuracyGroup, accuracy_groups
 from lra.report.comparisons import declared_family, exploratory, run_pairs
-from lra.report.efficiency import bench_groups, smat_table, training_points
+from lra.report.efficiency import bench_groups, smat_table, throughput_from_step, training_points
 from lra.report.lengths import curves, length_data
 from lra.report.screening import screen
 from lra.report.smat import smat_scores
@@ -364,8 +364,31 @@ def test_9_bubble_fallback_claims_no_lra_average_and_no_process_memory(tmp_path)
     points, title = training_points(g, averages)
     assert [p[2] for p in points] == [None, None]  # no circle sizes from the process peak
     assert "not the LRA average" in title and "circle size: not memory" in title
+    assert "after a resume" not in title  # unresumed runs: their throughput is the whole run's
     fig = bubble_figure(points, [], title, "ref", "mean accuracy over listops (protocol quick; not the LRA average)")
     assert "LRA average" not in fig.axes[0].get_ylabel().replace("not the LRA average", "")
+
+
+def test_9_bubble_fallback_says_which_throughputs_cover_part_of_a_run(tmp_path):
+    """A resumed run's throughput covers its steps from ``throughput.from_step``; a record from before
+    that field kept only its last stretch (the last wall segment's start). The title counts them."""
+    res = Results(tmp_path)
+    tp = {"train": {"examples_per_s": 50.0}}
+
+    def eff(**kw):
+        return {"throughput": {**tp, **kw.pop("throughput", {})}, **kw}
+
+    whole = res.train("softmax", 0, 80, efficiency=eff(throughput={"from_step": 0}), resume_count=3)
+    old = res.train("softmax", 1, 90, efficiency=eff(wall={"segments": [{"from_step": 0}, {"from_step": 1500}]}),
+                    resume_count=2)
+    late = res.train("softmax", 2, 100, efficiency=eff(throughput={"from_step": 2000}), resume_count=1)
+    unknown = {"efficiency": eff(), "resume_count": 1}
+    res.sweep("linear", [70, 75, 80], efficiency=eff())  # never resumed, pre-field records: the whole run
+    assert [throughput_from_step(r) for r in (whole, old, late, unknown)] == [0, 1500, 2000, None]
+    _, _, groups = tables(res)
+    _, averages = accuracy_table(groups["quick", False], "test_acc", [])
+    _, title = training_points(groups["quick", False], averages)
+    assert "throughput of 2 of 6 runs covers only their steps after a resume" in title
 
 
 # 10 ------------------------------------------------------------------------------------------
