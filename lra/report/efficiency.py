@@ -356,15 +356,16 @@ def smat_reference_table() -> Table:
     return table
 
 
-def throughput_from_step(rec: dict) -> int | None:
-    """Step from which a record's throughput counts (0: the whole run; None: resumed, start unknown).
+def covered_from_step(rec: dict, monitor: str) -> int | None:
+    """Step from which a record's ``throughput`` or ``peak_memory`` counts (0: the whole run; None:
+    resumed, start unknown).
 
-    Records written before ``throughput.from_step`` existed (2026-11-29) kept only the stretch after
+    Records written before ``<monitor>.from_step`` existed (2026-11-29) kept only the stretch after
     their last resume: its start is the last wall-clock segment's ``from_step``."""
     eff = rec.get("efficiency") or {}
-    tp = eff.get("throughput") or {}
-    if "from_step" in tp:
-        return int(tp["from_step"])
+    figures = eff.get(monitor) or {}
+    if "from_step" in figures:
+        return int(figures["from_step"])
     if not rec.get("resume_count"):
         return 0
     segments = (eff.get("wall") or {}).get("segments") or []
@@ -378,7 +379,7 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
     the whole process's resident peak, about the same for every variant, and is not drawn."""
     points: list[TradeoffPoint] = []
     devices, methods = set(), set()
-    used = partial = 0
+    used = partial = partial_mem = 0
     for attn, (avg, _) in sorted(averages.items(), key=lambda kv: order(kv[0])):
         runs = [r.rec for c in group.rows.get((attn, ()), {}).values() for r in c.runs.values()]
         eff = [((r.get("efficiency") or {}).get("throughput") or {}).get("train", {}).get("examples_per_s") for r in runs]
@@ -389,7 +390,8 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
             devices |= {device_label(r) for r in runs}
             methods |= {str(((r.get("efficiency") or {}).get("peak_memory") or {}).get("method")) for r in runs}
             used += len(runs)
-            partial += sum(throughput_from_step(r) != 0 for r in runs)
+            partial += sum(covered_from_step(r, "throughput") != 0 for r in runs)
+            partial_mem += sum(covered_from_step(r, "peak_memory") != 0 for r in runs)
     if len(devices) != 1 or not points:
         return [], None
     memory = all(m.startswith("cuda") for m in methods) and all(p[2] is not None for p in points)
@@ -401,4 +403,6 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
                     + ("" if memory else "; circle size: not memory (a CPU run's peak is the whole process's, "
                                          "about the same for every variant)")
                     + (f"; throughput of {partial} of {used} runs covers only their steps after a resume "
-                       "(earlier stretches not kept: throughput.from_step)" if partial else ""))
+                       "(earlier stretches not kept: throughput.from_step)" if partial else "")
+                    + (f"; peak memory of {partial_mem} of {used} runs covers only their steps after a resume "
+                       "(peak_memory.from_step)" if memory and partial_mem else ""))

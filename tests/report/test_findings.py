@@ -17,7 +17,7 @@ from lra.report.accuracy import accuracy_table, across_table, significance_table
 from lra.report.build import excluded_csv, excluded_section
 from lra.report.cells import AccuracyGroup, accuracy_groups
 from lra.report.comparisons import declared_family, exploratory, run_pairs
-from lra.report.efficiency import bench_groups, smat_table, throughput_from_step, training_points
+from lra.report.efficiency import bench_groups, smat_table, covered_from_step, training_points
 from lra.report.lengths import curves, length_data
 from lra.report.screening import screen
 from lra.report.smat import smat_scores
@@ -384,11 +384,35 @@ def test_9_bubble_fallback_says_which_throughputs_cover_part_of_a_run(tmp_path):
     late = res.train("softmax", 2, 100, efficiency=eff(throughput={"from_step": 2000}), resume_count=1)
     unknown = {"efficiency": eff(), "resume_count": 1}
     res.sweep("linear", [70, 75, 80], efficiency=eff())  # never resumed, pre-field records: the whole run
-    assert [throughput_from_step(r) for r in (whole, old, late, unknown)] == [0, 1500, 2000, None]
+    assert [covered_from_step(r, "throughput") for r in (whole, old, late, unknown)] == [0, 1500, 2000, None]
     _, _, groups = tables(res)
     _, averages = accuracy_table(groups["quick", False], "test_acc", [])
     _, title = training_points(groups["quick", False], averages)
     assert "throughput of 2 of 6 runs covers only their steps after a resume" in title
+    assert "peak memory of" not in title  # a CPU chart draws no memory, so it claims none
+
+
+def test_9_bubble_says_which_cuda_memory_peaks_cover_part_of_a_run(tmp_path):
+    """On CUDA the circles are ``peak_memory.train_mb``; a peak resumed from a checkpoint older than
+    ``peak_memory.from_step`` covers only the last stretch, and the title counts those runs."""
+    res = Results(tmp_path)
+
+    def eff(mem: dict) -> dict:
+        return {"throughput": {"train": {"examples_per_s": 50.0}, "from_step": 0},
+                "peak_memory": {"train_mb": 440.0, "method": "cuda-max-allocated", **mem},
+                "wall": {"segments": [{"from_step": 0}, {"from_step": 1200}]}}
+
+    runs = [res.train("softmax", 0, 80, efficiency=eff({"from_step": 0}), resume_count=1),
+            res.train("softmax", 1, 90, efficiency=eff({}), resume_count=1),  # before the field: last stretch
+            res.train("softmax", 2, 100, efficiency=eff({"from_step": 300}), resume_count=1)]
+    res.sweep("linear", [70, 75, 80], efficiency=eff({}))  # never resumed: the whole run
+    assert [covered_from_step(r, "peak_memory") for r in runs] == [0, 1200, 300]
+    _, _, groups = tables(res)
+    _, averages = accuracy_table(groups["quick", False], "test_acc", [])
+    points, title = training_points(groups["quick", False], averages)
+    assert all(p[2] == 440.0 for p in points)  # CUDA peaks are drawn
+    assert "peak memory of 2 of 6 runs covers only their steps after a resume" in title
+    assert "; throughput of" not in title  # every throughput covers its whole run
 
 
 # 10 ------------------------------------------------------------------------------------------
