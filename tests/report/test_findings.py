@@ -12,12 +12,13 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
+from lra.footprint import CUDA
 from lra.report import stats
 from lra.report.accuracy import accuracy_table, across_table, significance_table
 from lra.report.build import excluded_csv, excluded_section
 from lra.report.cells import AccuracyGroup, accuracy_groups
 from lra.report.comparisons import declared_family, exploratory, run_pairs
-from lra.report.efficiency import bench_groups, smat_table, covered_from_step, training_points
+from lra.report.efficiency import bench_groups, covered_from_step, smat_table, training_points
 from lra.report.lengths import curves, length_data
 from lra.report.screening import screen
 from lra.report.smat import smat_scores
@@ -399,7 +400,7 @@ def test_9_bubble_says_which_cuda_memory_peaks_cover_part_of_a_run(tmp_path):
 
     def eff(mem: dict) -> dict:
         return {"throughput": {"train": {"examples_per_s": 50.0}, "from_step": 0},
-                "peak_memory": {"train_mb": 440.0, "method": "cuda-max-allocated", **mem},
+                "peak_memory": {"train_mb": 440.0, "method": CUDA, **mem},
                 "wall": {"segments": [{"from_step": 0}, {"from_step": 1200}]}}
 
     runs = [res.train("softmax", 0, 80, efficiency=eff({"from_step": 0}), resume_count=1),
