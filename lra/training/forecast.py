@@ -11,12 +11,13 @@ Choices, written down:
   of a training step per training batch's worth of positions the validation computes
   (``eval_share`` of the datamodule, whose evaluation batches are cut to their longest real token;
   one per validation batch where a datamodule cannot say). After it, the measured time of the last
-  validation is used. A resumed run estimates from its checkpoint instead: the last validation's
-  cost in training steps measured before the resume (``val_steps``; a ratio, so it carries to
-  another machine). Without it, ListOps resumes put clustered's validations at 14.1 s against
-  32.9 s measured, routing's at 14.0 s against 22.7 s. The share counts positions, so for quadratic attention, whose cost falls
+  validation is used. The share counts positions, so for quadratic attention, whose cost falls
   faster than the width, the estimate stays high. Counting full batches at a third of a step put
   ListOps validations at 3x their measured time (29.0 s against 9.9 s, 35.5 against 11.5).
+  A resumed run estimates from its checkpoint instead: the last validation's cost in training
+  steps measured before the resume (``val_steps``; a ratio, so it carries to another machine).
+  Without it, ListOps resumes put clustered's validations at 14.1 s against 32.9 s measured,
+  routing's at 14.0 s against 22.7 s.
 * The test pass at the end (one pass over the test set) is not in the ETA; the forecast says so.
 * The step cost is the median of the last ``STEP_WINDOW`` timed steps, not of all of them: it
   follows a change of load or machine, and the ETA the progress bar asks for after every step costs
