@@ -398,11 +398,14 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
     if not memory:
         points = [(n, s, None, a) for n, s, _, a in points]
     tasks = next(iter(averages.values()))[1]
+
+    def resumed(count: int, what: str, monitor: str) -> str:
+        return (f"; {what} of {count} of {used} runs covers only their steps after a resume "
+                f"(earlier stretches not kept: {monitor}.from_step)" if count else "")
+
     return points, (f"this suite: training throughput of the protocol {group.protocol} runs on {devices.pop()}; "
                     f"accuracy = {accuracy_label(tasks, group.protocol)}"
                     + ("" if memory else "; circle size: not memory (a CPU run's peak is the whole process's, "
                                          "about the same for every variant)")
-                    + (f"; throughput of {partial} of {used} runs covers only their steps after a resume "
-                       "(earlier stretches not kept: throughput.from_step)" if partial else "")
-                    + (f"; peak memory of {partial_mem} of {used} runs covers only their steps after a resume "
-                       "(peak_memory.from_step)" if memory and partial_mem else ""))
+                    + resumed(partial, "throughput", "throughput")
+                    + resumed(partial_mem if memory else 0, "peak memory", "peak_memory"))

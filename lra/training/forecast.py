@@ -228,17 +228,18 @@ class RunForecast(pl.Callback):
     def step_seconds(self) -> float | None:
         return statistics.median(self.step_times) if self.step_times else None
 
-    def validation_seconds(self) -> tuple[float | None, bool]:
-        """Seconds per validation and whether that is measured (else estimated from the step time)."""
+    def validation_seconds(self) -> tuple[float | None, str]:
+        """Seconds per validation and where that figure comes from (printed with the forecast)."""
         if self.val_seconds is not None:
-            return self.val_seconds, True
+            return self.val_seconds, "measured"
         step = self.step_seconds()
         if step is None:
-            return None, False
+            return None, "not yet estimated"
         if self.val_steps is not None:
-            return step * self.val_steps, False
+            return (step * self.val_steps,
+                    f"estimated as {self.val_steps:.1f} steps each, measured before the resume, until the first validation")
         share = self.val_batches if self.val_share is None else self.val_share
-        return step * FORWARD_SHARE * share, False
+        return step * FORWARD_SHARE * share, "estimated until the first validation"
 
     def eta_seconds(self, step: int) -> float | None:
         per_step = self.step_seconds()
@@ -249,20 +250,14 @@ class RunForecast(pl.Callback):
 
     def describe(self, step: int) -> str:
         per_step = self.step_seconds()
-        per_val, measured = self.validation_seconds()
+        per_val, source = self.validation_seconds()
         if per_step is None:
             return "no step timed yet"
         train = max(self.max_steps - step, 0) * per_step
         vals = self.validations_left(step)
         val = vals * (per_val or 0.0)
         return (f"{human(train + val)} left = {human(train)} training ({per_step:.2f} s/step x {self.max_steps - step} steps)"
-                f" + {human(val)} validation ({vals} x {per_val or 0:.1f} s, "
-                f"{'measured' if measured else self._estimate_source()}); the final test pass comes on top")
-
-    def _estimate_source(self) -> str:
-        if self.val_steps is not None:
-            return f"estimated as {self.val_steps:.1f} steps each, measured before the resume, until the first validation"
-        return "estimated until the first validation"
+                f" + {human(val)} validation ({vals} x {per_val or 0:.1f} s, {source}); the final test pass comes on top")
 
 
 def _load() -> float:

@@ -116,7 +116,7 @@ def test_the_forecast_takes_its_first_validation_estimate_from_the_datamodule():
     f.on_train_start(trainer, SimpleNamespace(device=torch.device("cpu")))
     f.step_times.extend([3.0] * 5)
     assert f.val_batches == 5 and f.val_share == dm.eval_share("val") < 5
-    assert f.validation_seconds() == (pytest.approx(3.0 * FORWARD_SHARE * dm.eval_share("val")), False)
+    assert f.validation_seconds() == (pytest.approx(3.0 * FORWARD_SHARE * dm.eval_share("val")), "estimated until the first validation")
     dm.trainer = trainer = SimpleNamespace(**{**vars(trainer), "limit_val_batches": 0.5})
     f.on_train_start(trainer, SimpleNamespace(device=torch.device("cpu")))
     assert f.val_batches == 2   # the fraction counted once: int(5 * 0.5), not int(2 * 0.5)

@@ -142,16 +142,18 @@ def test_default_threads_is_one_for_training_and_bench():
 def test_forecast_counts_validations_and_says_what_is_estimated():
     f = RunForecast("xiong2021")
     f.max_steps, f.val_every, f.val_batches = 5000, 50, 63
+    assert f.validation_seconds() == (None, "not yet estimated") and f.describe(0) == "no step timed yet"
     f.step_times = [7.0, 7.0, 9.0]
     assert f.validations_left(0) == 100 and f.validations_left(4990) == 1 and f.validations_left(5000) == 0 and f.validations_left(120) == 98
-    per_val, measured = f.validation_seconds()
-    assert per_val == pytest.approx(7.0 * 63 * FORWARD_SHARE) and not measured
+    per_val, source = f.validation_seconds()
+    assert per_val == pytest.approx(7.0 * 63 * FORWARD_SHARE) and source == "estimated until the first validation"
     assert f.eta_seconds(0) == pytest.approx(5000 * 7.0 + 100 * 7.0 * 63 * FORWARD_SHARE)
     assert "estimated" in f.describe(0)
     f.val_share = 21.5  # the datamodule's count of the positions a validation computes (cut batches)
-    assert f.validation_seconds() == (pytest.approx(7.0 * 21.5 * FORWARD_SHARE), False)
+    assert f.validation_seconds() == (pytest.approx(7.0 * 21.5 * FORWARD_SHARE), "estimated until the first validation")
     assert f.eta_seconds(0) == pytest.approx(5000 * 7.0 + 100 * 7.0 * 21.5 * FORWARD_SHARE)
     f.val_seconds = 60.0
+    assert f.validation_seconds() == (60.0, "measured")
     assert f.eta_seconds(4900) == pytest.approx(100 * 7.0 + 2 * 60.0)
     assert "measured" in f.describe(4900) and "the final test pass" in f.describe(4900)
     assert human(14 * 3600 + 5 * 60) == "14h 05m" and human(65) == "1m 05s" and human(9.4) == "9s"
@@ -225,7 +227,7 @@ def test_a_resumed_forecast_prices_validations_as_measured_before_the_resume(mon
     resumed.max_steps, resumed.val_every, resumed.val_batches = 5000, 50, 63
     resumed.load_state_dict(state)
     resumed.step_times.extend([3.0] * 5)  # a slower machine
-    assert resumed.validation_seconds() == (pytest.approx(45.0), False)
+    assert resumed.validation_seconds() == (pytest.approx(45.0), "estimated as 15.0 steps each, measured before the resume, until the first validation")
     assert resumed.eta_seconds(4900) == pytest.approx(100 * 3.0 + 2 * 45.0)
     assert "15.0 steps each, measured before the resume" in resumed.describe(4900)
     resumed.setup(None, None, "test")
@@ -236,7 +238,7 @@ def test_a_resumed_forecast_prices_validations_as_measured_before_the_resume(mon
     older.val_batches = 63
     older.load_state_dict({"segments": [], "first_forecast": None})
     older.step_times.extend([3.0] * 5)
-    assert older.validation_seconds() == (pytest.approx(3.0 * 63 * FORWARD_SHARE), False)
+    assert older.validation_seconds() == (pytest.approx(3.0 * 63 * FORWARD_SHARE), "estimated until the first validation")
     assert "estimated until the first validation" in older.describe(0)
 
 
