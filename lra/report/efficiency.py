@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,11 +46,21 @@ PAPER_SMAT = {"length": 4096, "batch": 8, "task": "text", "model": "L2 d64 h2 ff
 
 
 def device_label(rec: dict[str, Any]) -> str:
+    """The device a record's speed figures were measured on: a bench's ``bench.device``; a training
+    run's last wall-clock stretch (its throughput sums stretches on one machine only, so a run resumed
+    on another machine counts from there), else, in records older than the stretches, the stamp's
+    GPU where the trainer could use one. The stamp alone is where the run started."""
     st = rec.get("stamp") or {}
-    bench = (rec.get("efficiency") or {}).get("bench") or {}
-    if str(bench.get("device", "cpu")).startswith("cuda") and st.get("gpu"):
-        return str(st["gpu"])
-    return str(st.get("cpu") or "unknown device")
+    eff = rec.get("efficiency") or {}
+    if "bench" not in eff:
+        segments = (eff.get("wall") or {}).get("segments") or []
+        last = segments[-1] if segments else {}
+        if last.get("device"):
+            return str((last.get("cpu") if last["device"] == "cpu" else last["device"]) or "unknown device")
+        on_gpu = ((rec.get("config") or {}).get("trainer") or {}).get("accelerator") != "cpu"
+    else:
+        on_gpu = str(eff["bench"].get("device", "cpu")).startswith("cuda")
+    return str(st["gpu"] if on_gpu and st.get("gpu") else st.get("cpu") or "unknown device")
 
 
 def model_label(rec: dict[str, Any]) -> str:
@@ -374,26 +384,35 @@ def covered_from_step(rec: dict, monitor: str) -> int | None:
 
 def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[str]]]) -> tuple[list[TradeoffPoint], str | None]:
     """Bubble-chart points from the accuracy runs themselves (no smat bench needed): training
-    examples/s (mean over the row's runs) with the row's Avg, on one device only. Circle size =
+    examples/s (mean over the row's runs) with the row's Avg, on one device only: the one most rows
+    were measured on (:func:`device_label`); rows measured elsewhere are named. Circle size =
     peak training memory only where it separates variants (CUDA's allocator peak); a CPU figure is
     the whole process's resident peak, about the same for every variant, and is not drawn."""
-    points: list[TradeoffPoint] = []
-    devices, methods = set(), set()
-    used = partial = partial_mem = 0
+    rows = []
     for attn, (avg, _) in sorted(averages.items(), key=lambda kv: order(kv[0])):
         runs = [r.rec for c in group.rows.get((attn, ()), {}).values() for r in c.runs.values()]
         eff = [((r.get("efficiency") or {}).get("throughput") or {}).get("train", {}).get("examples_per_s") for r in runs]
-        mem = [((r.get("efficiency") or {}).get("peak_memory") or {}).get("train_mb") for r in runs]
         if runs and all(isinstance(v, (int, float)) and v > 0 for v in eff):
-            shown = max(mem) if all(isinstance(v, (int, float)) and v > 0 for v in mem) else None
-            points.append((attn, sum(eff) / len(eff), shown, avg))
-            devices |= {device_label(r) for r in runs}
-            methods |= {str(((r.get("efficiency") or {}).get("peak_memory") or {}).get("method")) for r in runs}
-            used += len(runs)
-            partial += sum(covered_from_step(r, "throughput") != 0 for r in runs)
-            partial_mem += sum(covered_from_step(r, "peak_memory") != 0 for r in runs)
-    if len(devices) != 1 or not points:
+            rows.append((attn, avg, runs, sum(eff) / len(eff), sorted({device_label(r) for r in runs})))
+    # one device per chart: the one most rows were measured on entirely; the others are named
+    counts = Counter(devs[0] for *_, devs in rows if len(devs) == 1)
+    if not counts:
         return [], None
+    device = min(counts, key=lambda d: (-counts[d], d))
+    points: list[TradeoffPoint] = []
+    methods, left_out = set(), []
+    used = partial = partial_mem = 0
+    for attn, avg, runs, speed, devs in rows:
+        if devs != [device]:
+            left_out.append(f"{attn} ({', '.join(devs)})")
+            continue
+        mem = [((r.get("efficiency") or {}).get("peak_memory") or {}).get("train_mb") for r in runs]
+        shown = max(mem) if all(isinstance(v, (int, float)) and v > 0 for v in mem) else None
+        points.append((attn, speed, shown, avg))
+        methods |= {str(((r.get("efficiency") or {}).get("peak_memory") or {}).get("method")) for r in runs}
+        used += len(runs)
+        partial += sum(covered_from_step(r, "throughput") != 0 for r in runs)
+        partial_mem += sum(covered_from_step(r, "peak_memory") != 0 for r in runs)
     memory = all(m.startswith("cuda") for m in methods) and all(p[2] is not None for p in points)
     if not memory:
         points = [(n, s, None, a) for n, s, _, a in points]
@@ -403,9 +422,10 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
         return (f"; {what} of {count} of {used} runs covers only their steps after a resume "
                 f"(earlier stretches not kept: {monitor}.from_step)" if count else "")
 
-    return points, (f"this suite: training throughput of the protocol {group.protocol} runs on {devices.pop()}; "
+    return points, (f"this suite: training throughput of the protocol {group.protocol} runs on {device}; "
                     f"accuracy = {accuracy_label(tasks, group.protocol)}"
                     + ("" if memory else "; circle size: not memory (a CPU run's peak is the whole process's, "
                                          "about the same for every variant)")
                     + resumed(partial, "throughput", "throughput")
-                    + resumed(partial_mem if memory else 0, "peak memory", "peak_memory"))
+                    + resumed(partial_mem if memory else 0, "peak memory", "peak_memory")
+                    + (f"; left out, throughput measured on another device: {'; '.join(left_out)}" if left_out else ""))

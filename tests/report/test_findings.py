@@ -18,7 +18,7 @@ from lra.report.accuracy import accuracy_table, across_table, significance_table
 from lra.report.build import excluded_csv, excluded_section
 from lra.report.cells import AccuracyGroup, accuracy_groups
 from lra.report.comparisons import declared_family, exploratory, run_pairs
-from lra.report.efficiency import bench_groups, covered_from_step, smat_table, training_points
+from lra.report.efficiency import bench_groups, covered_from_step, device_label, smat_table, training_points
 from lra.report.lengths import curves, length_data
 from lra.report.screening import screen
 from lra.report.smat import smat_scores
@@ -507,3 +507,33 @@ def test_best_validation_names_its_step(tmp_path):
     across = across_table(g, "best_val_acc").markdown()
     _, lo, hi = stats.t_interval([40.0, 45.0, 50.0])  # one task: the cell's own t-interval, not the seeds' range
     assert f"| softmax | run | listops | 45.00 [{lo:.2f}, {hi:.2f}] |" in across and f"{lo:.2f}" == "32.58"
+
+
+def test_9_bubble_draws_one_device_and_names_the_rows_measured_elsewhere(tmp_path):
+    """A run's throughput was measured where its last stretch ran (the monitor sums stretches on one
+    machine only), not where its stamp says it started; a GPU training record without stretches was
+    measured on the stamp's GPU unless its trainer was told to use the CPU."""
+    res = Results(tmp_path)
+
+    def eff(*cpus: str) -> dict:
+        return {"throughput": {"train": {"examples_per_s": 50.0}},
+                "wall": {"segments": [{"from_step": 100 * i, "device": "cpu", "cpu": c} for i, c in enumerate(cpus)]}}
+
+    res.sweep("softmax", [80, 90, 100], efficiency=eff("CPU B"))
+    res.sweep("linear", [70, 75, 80], efficiency=eff("CPU A", "CPU B"))  # its last stretches ran on CPU B
+    moved = res.sweep("bigbird", [70, 75, 80], efficiency=eff("CPU B"))
+    res.edit(moved[1], efficiency=eff("CPU B", "CPU A"))  # resumed on CPU A: its throughput is CPU A's
+    res.sweep("local", [70, 75, 80], efficiency=eff("CPU A"))
+    _, _, groups = tables(res)
+    _, averages = accuracy_table(groups["quick", False], "test_acc", [])
+    points, title = training_points(groups["quick", False], averages)
+    assert sorted(p[0] for p in points) == ["linear", "softmax"]  # two rows on CPU B, one on CPU A
+    assert "runs on CPU B;" in title
+    assert title.endswith("; left out, throughput measured on another device: bigbird (CPU A, CPU B); local (CPU A)")
+
+    gpu = {"stamp": {"cpu": "Host CPU", "gpu": "GPU X"}, "efficiency": {}}
+    assert device_label({**gpu, "config": {"trainer": {"accelerator": "gpu"}}}) == "GPU X"
+    assert device_label({**gpu, "config": {"trainer": {"accelerator": "cpu"}}}) == "Host CPU"
+    assert device_label({**gpu, "efficiency": {"wall": {"segments": [{"device": "GPU Y", "cpu": "Host CPU"}]}}}) == "GPU Y"
+    assert device_label({**gpu, "efficiency": {"wall": {"segments": [{"from_step": 0}]}}}) == "GPU X"  # no device kept
+    assert device_label({**gpu, "efficiency": {"bench": {"device": "cpu"}}}) == "Host CPU"
