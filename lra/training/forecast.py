@@ -27,7 +27,9 @@ Choices, written down:
   code's commit: a run resumed on newer code says so; the 1-minute load average at each validation,
   since on a shared CPU the time says little without it), so
   ``efficiency.wall`` in the record says how long the run took in all, where, and what the first
-  measured forecast of the run had said. Time after a segment's last checkpoint is redone by the
+  measured forecast of the run and of each segment had said (a segment's, made at its first
+  validation, is ``forecast_elapsed_s`` in plus ``forecast_s`` to go; before 2026-11-30 segments
+  kept only ``forecast_s``, the rest from their first validation). Time after a segment's last checkpoint is redone by the
   resume, so it is not counted. The test pass is timed on its own (``test_s``).
 """
 from __future__ import annotations
@@ -114,7 +116,8 @@ class RunForecast(pl.Callback):
             self.val_batches = 0
         self.val_share = dm.eval_share("val") if self.val_batches and hasattr(dm, "eval_share") else None
         start = trainer.global_step
-        self._segment = {"from_step": start, "to_step": start, "seconds": 0.0, "forecast_s": None,
+        self._segment = {"from_step": start, "to_step": start, "seconds": 0.0,
+                         "forecast_s": None, "forecast_at_step": None, "forecast_elapsed_s": None,
                          "host": socket.gethostname(), "cpu": cpu_model(), "device": _device_name(pl_module),
                          "threads": torch.get_num_threads(), "git_commit": git_commit(),
                          "cpu_count": os.cpu_count(), "load_samples": 0, "load_mean": 0.0,
@@ -196,11 +199,14 @@ class RunForecast(pl.Callback):
         return [*self.segments, {**self._segment, "seconds": time.perf_counter() - self._segment_t0}]
 
     def _keep_forecast(self, step: int) -> None:
-        """The first measured forecast of the segment (and of the run), to hold against the time taken."""
+        """The first measured forecast of the segment (and of the run), to hold against the time taken:
+        the segment's forecast total is ``forecast_elapsed_s + forecast_s`` (the time it had run when
+        the forecast was made, at ``forecast_at_step``, and the rest)."""
         eta = self.eta_seconds(step)
-        if eta is None or self._segment is None:
+        if eta is None or self._segment is None or self._segment_t0 is None:
             return
-        self._segment["forecast_s"] = eta
+        self._segment.update(forecast_s=eta, forecast_at_step=step,
+                             forecast_elapsed_s=time.perf_counter() - self._segment_t0)
         if self.first_forecast is None:
             elapsed = sum(s["seconds"] for s in self.wall_segments())
             self.first_forecast = {"at_step": step, "elapsed_s": elapsed, "eta_s": eta, "total_s": elapsed + eta}

@@ -242,6 +242,29 @@ def test_a_resumed_forecast_prices_validations_as_measured_before_the_resume(mon
     assert "estimated until the first validation" in older.describe(0)
 
 
+
+def test_each_stretch_keeps_its_first_measured_forecast_with_the_time_it_had_run(monkeypatch):
+    """A stretch's forecast is made at its first validation, after some of the stretch ran: to hold
+    it against the stretch's time, the record keeps that time and the step beside it."""
+    monkeypatch.setattr("lra.training.forecast.time", SimpleNamespace(perf_counter=lambda: 1100.0))
+    f = RunForecast("xiong2021")
+    f.max_steps, f.val_every, f.val_batches = 5000, 50, 63
+    f.segments = [{"from_step": 0, "to_step": 4051, "seconds": 9000.0}]  # an earlier stretch
+    f._segment = {"from_step": 4051, "to_step": 4100, "seconds": 0.0, "forecast_s": None,
+                  "load_samples": 0, "load_mean": 0.0, "load_max": 0.0}
+    f._segment_t0 = 1000.0  # this stretch began 100 s ago (the clock above)
+    f.step_times.extend([2.0] * 5)
+    f._val_t0 = 1080.0  # a 20 s validation at step 4100
+    f.on_validation_end(SimpleNamespace(global_step=4100), None)
+    (_, seg) = f.record_fields()["wall"]["segments"]
+    assert seg["forecast_at_step"] == 4100 and seg["forecast_elapsed_s"] == pytest.approx(100.0)
+    assert seg["forecast_s"] == pytest.approx(900 * 2.0 + 18 * 20.0)
+    assert f.first_forecast == {"at_step": 4100, "elapsed_s": pytest.approx(9100.0), "eta_s": pytest.approx(2160.0),
+                                "total_s": pytest.approx(11260.0)}
+    f._val_t0 = 1090.0  # a later validation changes no forecast already kept
+    f.on_validation_end(SimpleNamespace(global_step=4150), None)
+    assert f.record_fields()["wall"]["segments"][1]["forecast_at_step"] == 4100
+
 def test_cpu_runs_point_at_the_quick_preset(caplog):
     import logging
 
