@@ -29,8 +29,9 @@ Choices, written down:
   ``efficiency.wall`` in the record says how long the run took in all, where, and what the first
   measured forecast of the run and of each segment had said (a segment's, made at its first
   validation, is ``forecast_elapsed_s`` in plus ``forecast_s`` to go; before 2026-11-30 segments
-  kept only ``forecast_s``, the rest from their first validation). Time after a segment's last checkpoint is redone by the
-  resume, so it is not counted. The test pass is timed on its own (``test_s``).
+  kept only ``forecast_s``, the rest from their first validation). Time after a segment's last
+  checkpoint is redone by the resume, so it is not counted. The test pass is timed on its own
+  (``test_s``).
 """
 from __future__ import annotations
 
