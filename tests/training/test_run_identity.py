@@ -242,7 +242,6 @@ def test_a_resumed_forecast_prices_validations_as_measured_before_the_resume(mon
     assert "estimated until the first validation" in older.describe(0)
 
 
-
 def test_each_stretch_keeps_its_first_measured_forecast_with_the_time_it_had_run(monkeypatch):
     """A stretch's forecast is made at its first validation, after some of the stretch ran: to hold
     it against the stretch's time, the record keeps that time and the step beside it."""
@@ -264,6 +263,7 @@ def test_each_stretch_keeps_its_first_measured_forecast_with_the_time_it_had_run
     f._val_t0 = 1090.0  # a later validation changes no forecast already kept
     f.on_validation_end(SimpleNamespace(global_step=4150), None)
     assert f.record_fields()["wall"]["segments"][1]["forecast_at_step"] == 4100
+
 
 def test_cpu_runs_point_at_the_quick_preset(caplog):
     import logging
