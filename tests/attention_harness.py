@@ -16,6 +16,18 @@ DEVICE = torch.device(os.environ.get("LRA_TEST_DEVICE", "cpu"))
 B, H, N, DH = 3, 2, 37, 8   # N deliberately divides no block/segment size
 MAX_LEN = 64
 
+# One config per attention module: the one that switches on the most of the module's code paths (a
+# random router, softmax feature maps off, a random synthesizer); the configs of a module share its
+# code. Tests that cannot afford every config (Inductor's op coverage, resume of every run state)
+# start from these; tests/attention/test_graph_safe.py checks every module has one.
+ONE_PER_MODULE = ["abc_rd", "adamra_random_router", "bigbird", "i_clustered", "linear", "linformer", "local",
+                  "longformer", "memformer", "nystromformer", "performer", "reformer", "routing", "sinkhorn",
+                  "softmax", "sparse_strided", "synthesizer_random"]
+# Configs whose graph-safe forward draws (Mixer.rand / randn); each has a distribution test, and
+# tests/attention/test_graph_safe_distributions.py checks no other config draws.
+DRAWING = {"abc_rd", "adamra_random_router", "reformer", "clustered", "i_clustered", "performer",
+           "performer_32", "sinkhorn"}
+
 
 def make_mixer(name: str, n_heads: int = H, head_dim: int = DH, max_len: int = MAX_LEN, layer_idx: int = 0, seed: int = 0, **overrides):
     torch.manual_seed(seed)

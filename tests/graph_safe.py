@@ -3,6 +3,7 @@
 * :func:`compiled_step`: the loss and gradients of ``torch.compile(fullgraph=True)`` of the network
   against the same step run eagerly in graph-safe mode. ``fullgraph=True`` makes any graph break an
   error naming its line, so a compile that succeeds has none.
+* :func:`aten_ops`: the operators Inductor lowers for a compiled training step.
 * :func:`step_under_forbidden_syncs`: a graph-safe training forward and backward that raises at the
   first host sync (:func:`tests.host_syncs.forbid_host_syncs`).
 * :func:`graph_breaks`: ``torch._dynamo.explain`` of the training forward: every break and its
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
+from typing import Callable
 
 import torch
 
@@ -40,6 +42,24 @@ def graph_breaks(name: str, padded: bool, **overrides) -> tuple[int, list[str]]:
     return explained.graph_break_count, reasons
 
 
+def aten_ops(name: str, padded: bool, part: str = "network", **overrides) -> set[str]:
+    """The operators (ATen and prims) of one compiled training step of ``name``, forward and
+    backward, after the decompositions Inductor applies: what Inductor has to lower."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._inductor.decomposition import select_decomp_table
+
+    ops: set[str] = set()
+
+    def record(gm: torch.fx.GraphModule, inputs: list) -> object:
+        ops.update(str(node.target) for node in gm.graph.nodes if node.op == "call_function")
+        return make_boxed_func(gm.forward)
+
+    backend = aot_autograd(fw_compiler=record, bw_compiler=record, decompositions=select_decomp_table())
+    compiled_step(name, padded, steps=1, backend=backend, part=part, **overrides)
+    return ops
+
+
 def step_under_forbidden_syncs(name: str, padded: bool, **overrides) -> torch.Tensor:
     """A graph-safe training forward and backward of ``name``; raises at the first host sync."""
     from tests.host_syncs import forbid_host_syncs
@@ -52,7 +72,7 @@ def step_under_forbidden_syncs(name: str, padded: bool, **overrides) -> torch.Te
     return loss.detach()
 
 
-def compiled_step(name: str, padded: bool, steps: int = 2, backend: str = "inductor", n_layers: int = 1,
+def compiled_step(name: str, padded: bool, steps: int = 2, backend: str | Callable = "inductor", n_layers: int = 1,
                   part: str = "network", **overrides) -> list[tuple[torch.Tensor, dict, dict]]:
     """Per step: (eager loss - compiled loss, eager grads, compiled grads) of two identical
     networks: one built with ``graph_safe=True`` and run eagerly, one built without the flag and

@@ -42,6 +42,7 @@ from attention.base import Mixer
 from attention.clustered import hash_queries
 from attention.graph_safe import graph_safe
 from attention.registry import build_mixer, variant_names
+from tests.attention_harness import DRAWING  # each has a test below
 
 ALPHA = 1e-6          # a p-value below it fails
 POWER = 0.99          # the chance a factor-2 error in one category fails, at the least
@@ -49,9 +50,6 @@ SEED = int(os.environ.get("GRAPH_SAFE_DIST_SEED", "38"))
 CPU = torch.device("cpu")
 MODES = ["eager", "graph_safe"]
 
-# configs whose graph-safe forward draws (Mixer.rand / randn): each has a test below
-DRAWING = {"abc_rd", "adamra_random_router", "reformer", "clustered", "i_clustered", "performer",
-           "performer_32", "sinkhorn"}
 # BigBird draws its plan at construction; graph-safe mode builds each sample's plan from it
 PLANNED = {"bigbird"}
 
