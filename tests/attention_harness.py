@@ -16,9 +16,9 @@ DEVICE = torch.device(os.environ.get("LRA_TEST_DEVICE", "cpu"))
 B, H, N, DH = 3, 2, 37, 8   # N deliberately divides no block/segment size
 MAX_LEN = 64
 
-# One config per attention module: the one that switches on the most of the module's code paths (a
-# random router, softmax feature maps off, a random synthesizer); the configs of a module share its
-# code. Tests that cannot afford every config (Inductor's op coverage, resume of every run state)
+# One config per attention module: the one that switches on the most of the module's code paths
+# (AdaMRA's random router, ABC's random slots, the random synthesizer); the configs of a module share
+# its code. Tests that cannot afford every config (Inductor's op coverage, resume of every run state)
 # start from these; tests/attention/test_graph_safe.py checks every module has one.
 ONE_PER_MODULE = ["abc_rd", "adamra_random_router", "bigbird", "i_clustered", "linear", "linformer", "local",
                   "longformer", "memformer", "nystromformer", "performer", "reformer", "routing", "sinkhorn",
