@@ -23,6 +23,13 @@ import torch
 from attention.graph_safe import accelerator_branches, graph_safe
 from tests.tiny_network import step_batch, tiny_network, training_loss
 
+# What the tests compile with Inductor they compile to scalar C++ (``torch._inductor.config.patch``),
+# not its SIMD (at::vec) kernels: that every operator kind lowers and the compiled step matches eager
+# is settled before the C++ backend picks an instruction set, and a GPU gets Triton instead. The SIMD
+# headers are most of g++'s time: memformer and routing on an empty cache took 81 s of CPU scalar
+# against 123 s vectorised (2026-11-30, side by side beside two training runs).
+SCALAR_CPP = {"cpp.vec_isa_ok": False}
+
 
 def graph_breaks(name: str, padded: bool, **overrides) -> tuple[int, list[str]]:
     """Graph breaks of a training forward of ``name`` (2 layers), with their distinct reasons.

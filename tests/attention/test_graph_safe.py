@@ -31,7 +31,7 @@ import torch._inductor.config
 from attention.graph_safe import GraphSafeError, graph_safe, graph_safe_active, has_padding, per_batch
 from attention.registry import variant_names
 from tests.attention_harness import ONE_PER_MODULE
-from tests.graph_safe import aten_ops, compiled_step, step_under_forbidden_syncs
+from tests.graph_safe import SCALAR_CPP, aten_ops, compiled_step, step_under_forbidden_syncs
 
 CONFIGS = variant_names()
 PADDING = [pytest.param(True, id="padded"), pytest.param(False, id="unpadded")]
@@ -99,14 +99,6 @@ def test_fullgraph_compile_matches_eager(name: str, padded: bool) -> None:
 # captures every network whole. On an empty cache, beside two training runs: the other 16 modules'
 # attention took 747 s of CPU (2026-11-29); their whole networks 1101 s in a CI run (2026-11-28).
 INDUCTOR_PART = {"memformer": "network"}
-
-
-# Inductor generates scalar C++ here, not its SIMD (at::vec) kernels: what this test proves, that
-# every operator kind lowers and the compiled step matches eager, is decided before the C++ backend
-# picks its instruction set, and a GPU gets Triton instead. The SIMD headers are most of g++'s time:
-# memformer and routing on an empty cache took 81 s of CPU scalar against 123 s vectorised
-# (2026-11-30, side by side beside two training runs).
-SCALAR_CPP = {"cpp.vec_isa_ok": False}
 
 
 @pytest.mark.slow
