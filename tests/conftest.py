@@ -77,10 +77,11 @@ def run_server():
 def cli(tmp_path, run_server):
     """``python run.py ARGS`` in ``tmp_path``, forked from the worker's run server with the test's
     environment as it is now, as :func:`run_cli` would run it. Tests about the interpreter itself
-    (imports, start-up) call :func:`run_cli`."""
-    def _run(*args: str, check: bool = True, env: dict | None = None, timeout: float = 300):
+    (imports, start-up) call :func:`run_cli`. ``hook``: as in :meth:`tests.forkrun.RunServer.run`."""
+    def _run(*args: str, check: bool = True, env: dict | None = None, timeout: float = 300,
+             hook: str | None = None):
         return run_server.run(list(args), tmp_path, env=run_env(tmp_path, env), check=check, whole_env=True,
-                              timeout=timeout)
+                              timeout=timeout, hook=hook)
     _run.cwd = tmp_path
     return _run
 

@@ -23,13 +23,20 @@ import torch
 from attention.graph_safe import accelerator_branches, graph_safe
 from tests.tiny_network import step_batch, tiny_network, training_loss
 
-# The Inductor test and the bench's --against-eager test compile to scalar C++ under
-# ``torch._inductor.config.patch(SCALAR_CPP)``, not to Inductor's SIMD (at::vec) kernels: that
-# every operator kind lowers and the compiled step matches eager is settled before the C++ backend
-# picks an instruction set, and a GPU gets Triton instead. The SIMD headers are most of g++'s time:
+# The suite's Inductor tests compile to scalar C++ (``torch._inductor.config.patch(SCALAR_CPP)``,
+# or :func:`scalar_cpp` in a forked run), not to Inductor's SIMD (at::vec) kernels: that every
+# operator kind lowers and the compiled step matches eager is settled before the C++ backend picks
+# an instruction set, and a GPU gets Triton instead. The SIMD headers are most of g++'s time:
 # memformer and routing on an empty cache took 81 s of CPU scalar against 123 s vectorised
 # (2026-11-30, side by side beside two training runs).
 SCALAR_CPP = {"cpp.vec_isa_ok": False}
+
+
+def scalar_cpp() -> None:
+    """A run-server hook (``hook="tests.graph_safe:scalar_cpp"``): this forked run compiles scalar C++."""
+    import torch._inductor.config
+
+    torch._inductor.config.load_config(SCALAR_CPP)
 
 
 def graph_breaks(name: str, padded: bool, **overrides) -> tuple[int, list[str]]:
