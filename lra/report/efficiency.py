@@ -23,6 +23,8 @@ Rules, written down:
   when the Avg covers the five LRA tasks. The suite's SMAT is the exact sum (stored unrounded);
   the published rows use the paper's rounding (components rounded to 2 decimals, then summed), the
   one rule that reproduces Table 3's printed scores.
+* The bubble chart without a SMAT bench (:func:`training_points`) draws one device; a row's
+  throughput comes from its runs on that device, its accuracy from every seed.
 """
 from __future__ import annotations
 
@@ -384,31 +386,39 @@ def covered_from_step(rec: dict, monitor: str) -> int | None:
 
 def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[str]]]) -> tuple[list[TradeoffPoint], str | None]:
     """Bubble-chart points from the accuracy runs themselves (no smat bench needed): training
-    examples/s (mean over the row's runs) with the row's Avg, on one device only: the one most rows
-    were measured on (:func:`device_label`); rows measured elsewhere are named. Circle size =
-    peak training memory only where it separates variants (CUDA's allocator peak); a CPU figure is
-    the whole process's resident peak, about the same for every variant, and is not drawn."""
+    examples/s with the row's Avg, on one device only: the one most rows were measured on entirely
+    (:func:`device_label`). A row's throughput is the mean over its runs on that device (a seed
+    resumed or run elsewhere does not take the row off the chart; accuracy does not depend on the
+    device, so the Avg stays the row's); rows with no run there are named. Circle size = peak
+    training memory only where it separates variants (CUDA's allocator peak); a CPU figure is the
+    whole process's resident peak, about the same for every variant, and is not drawn."""
+    def speed(rec: dict) -> Any:
+        return ((rec.get("efficiency") or {}).get("throughput") or {}).get("train", {}).get("examples_per_s")
+
     rows = []
     for attn, (avg, _) in sorted(averages.items(), key=lambda kv: order(kv[0])):
         runs = [r.rec for c in group.rows.get((attn, ()), {}).values() for r in c.runs.values()]
-        eff = [((r.get("efficiency") or {}).get("throughput") or {}).get("train", {}).get("examples_per_s") for r in runs]
-        if runs and all(isinstance(v, (int, float)) and v > 0 for v in eff):
-            rows.append((attn, avg, runs, sum(eff) / len(eff), sorted({device_label(r) for r in runs})))
+        if runs and all(isinstance(speed(r), (int, float)) and speed(r) > 0 for r in runs):
+            rows.append((attn, avg, runs, sorted({device_label(r) for r in runs})))
     # one device per chart: the one most rows were measured on entirely; the others are named
     counts = Counter(devs[0] for *_, devs in rows if len(devs) == 1)
     if not counts:
         return [], None
     device = min(counts, key=lambda d: (-counts[d], d))
     points: list[TradeoffPoint] = []
-    methods, left_out = set(), []
+    methods, left_out, in_part = set(), [], []
     used = partial = partial_mem = 0
-    for attn, avg, runs, speed, devs in rows:
-        if devs != [device]:
+    for attn, avg, every, devs in rows:
+        runs = [r for r in every if device_label(r) == device]
+        if not runs:
             left_out.append(f"{attn} ({', '.join(devs)})")
             continue
+        if len(runs) < len(every):
+            others = ", ".join(d for d in devs if d != device)
+            in_part.append(f"{attn} ({len(runs)} of {len(every)} runs; the rest on {others})")
         mem = [((r.get("efficiency") or {}).get("peak_memory") or {}).get("train_mb") for r in runs]
         shown = max(mem) if all(isinstance(v, (int, float)) and v > 0 for v in mem) else None
-        points.append((attn, speed, shown, avg))
+        points.append((attn, sum(speed(r) for r in runs) / len(runs), shown, avg))
         methods |= {str(((r.get("efficiency") or {}).get("peak_memory") or {}).get("method")) for r in runs}
         used += len(runs)
         partial += sum(covered_from_step(r, "throughput") != 0 for r in runs)
@@ -428,4 +438,5 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
                                          "about the same for every variant)")
                     + resumed(partial, "throughput", "throughput")
                     + resumed(partial_mem if memory else 0, "peak memory", "peak_memory")
+                    + (f"; throughput from the runs on {device} only: {'; '.join(in_part)}" if in_part else "")
                     + (f"; left out, throughput measured on another device: {'; '.join(left_out)}" if left_out else ""))

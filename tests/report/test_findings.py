@@ -510,7 +510,8 @@ def test_best_validation_names_its_step(tmp_path):
 
 
 def test_9_bubble_draws_one_device_and_names_the_rows_measured_elsewhere(tmp_path):
-    """A run's throughput was measured where its last stretch ran (the monitor sums stretches on one
+    """A row's throughput is the mean of its runs on the chart's device, its accuracy every seed's.
+    A run's throughput was measured where its last stretch ran (the monitor sums stretches on one
     machine only), not where its stamp says it started; a GPU training record without stretches was
     measured on the stamp's GPU unless its trainer was told to use the CPU."""
     res = Results(tmp_path)
@@ -521,15 +522,22 @@ def test_9_bubble_draws_one_device_and_names_the_rows_measured_elsewhere(tmp_pat
 
     res.sweep("softmax", [80, 90, 100], efficiency=eff("CPU B"))
     res.sweep("linear", [70, 75, 80], efficiency=eff("CPU A", "CPU B"))  # its last stretches ran on CPU B
-    moved = res.sweep("bigbird", [70, 75, 80], efficiency=eff("CPU B"))
-    res.edit(moved[1], efficiency=eff("CPU B", "CPU A"))  # resumed on CPU A: its throughput is CPU A's
+    moved = res.sweep("bigbird", [70, 90, 80], efficiency=eff("CPU B"))
+    resumed = eff("CPU B", "CPU A")  # resumed on CPU A: its throughput is CPU A's
+    resumed["throughput"]["train"]["examples_per_s"] = 500.0
+    res.edit(moved[1], efficiency=resumed)
     res.sweep("local", [70, 75, 80], efficiency=eff("CPU A"))
     _, _, groups = tables(res)
     _, averages = accuracy_table(groups["quick", False], "test_acc", [])
     points, title = training_points(groups["quick", False], averages)
-    assert sorted(p[0] for p in points) == ["linear", "softmax"]  # two rows on CPU B, one on CPU A
+    drawn = {p[0]: p for p in points}
+    assert sorted(drawn) == ["bigbird", "linear", "softmax"]  # two rows entirely on CPU B, one on CPU A
+    assert drawn["bigbird"][1] == 50.0  # its CPU B runs' throughput alone, not the CPU A run's 500
+    # accuracy: every seed's mean (80 correct), whatever the device, not the CPU B seeds' (75)
+    assert drawn["bigbird"][3] == averages["bigbird"][0] == pytest.approx(100 * 80 / res.n)
     assert "runs on CPU B;" in title
-    assert title.endswith("; left out, throughput measured on another device: bigbird (CPU A, CPU B); local (CPU A)")
+    assert title.endswith("; throughput from the runs on CPU B only: bigbird (2 of 3 runs; the rest on CPU A)"
+                          "; left out, throughput measured on another device: local (CPU A)")
 
     gpu = {"stamp": {"cpu": "Host CPU", "gpu": "GPU X"}, "efficiency": {}}
     assert device_label({**gpu, "config": {"trainer": {"accelerator": "gpu"}}}) == "GPU X"
