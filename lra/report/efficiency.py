@@ -368,19 +368,22 @@ def smat_reference_table() -> Table:
     return table
 
 
+def figures(rec: dict, monitor: str) -> dict:
+    """A record's ``efficiency.<monitor>`` block (``throughput``, ``peak_memory``), empty when absent."""
+    return (rec.get("efficiency") or {}).get(monitor) or {}
+
+
 def covered_from_step(rec: dict, monitor: str) -> int | None:
     """Step from which a record's ``throughput`` or ``peak_memory`` counts (0: the whole run; None:
     resumed, start unknown).
 
     Records written before ``<monitor>.from_step`` existed (2026-11-29) kept only the stretch after
     their last resume: its start is the last wall-clock segment's ``from_step``."""
-    eff = rec.get("efficiency") or {}
-    figures = eff.get(monitor) or {}
-    if "from_step" in figures:
-        return int(figures["from_step"])
+    if "from_step" in figures(rec, monitor):
+        return int(figures(rec, monitor)["from_step"])
     if not rec.get("resume_count"):
         return 0
-    segments = (eff.get("wall") or {}).get("segments") or []
+    segments = figures(rec, "wall").get("segments") or []
     return int(segments[-1].get("from_step", 0)) if segments else None
 
 
@@ -392,13 +395,14 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
     device, so the Avg stays the row's); rows with no run there are named. Circle size = peak
     training memory only where it separates variants (CUDA's allocator peak); a CPU figure is the
     whole process's resident peak, about the same for every variant, and is not drawn."""
-    def speed(rec: dict) -> Any:
-        return ((rec.get("efficiency") or {}).get("throughput") or {}).get("train", {}).get("examples_per_s")
+    def speed(rec: dict) -> float | None:
+        value = figures(rec, "throughput").get("train", {}).get("examples_per_s")
+        return value if isinstance(value, (int, float)) and value > 0 else None
 
     rows = []
     for attn, (avg, _) in sorted(averages.items(), key=lambda kv: order(kv[0])):
         runs = [r.rec for c in group.rows.get((attn, ()), {}).values() for r in c.runs.values()]
-        if runs and all(isinstance(speed(r), (int, float)) and speed(r) > 0 for r in runs):
+        if runs and all(speed(r) is not None for r in runs):
             rows.append((attn, avg, runs, sorted({device_label(r) for r in runs})))
     # one device per chart: the one most rows were measured on entirely; the others are named
     counts = Counter(devs[0] for *_, devs in rows if len(devs) == 1)
@@ -416,10 +420,10 @@ def training_points(group: AccuracyGroup, averages: dict[str, tuple[float, list[
         if len(runs) < len(every):
             others = ", ".join(d for d in devs if d != device)
             in_part.append(f"{attn} ({len(runs)} of {len(every)} runs; the rest on {others})")
-        mem = [((r.get("efficiency") or {}).get("peak_memory") or {}).get("train_mb") for r in runs]
+        mem = [figures(r, "peak_memory").get("train_mb") for r in runs]
         shown = max(mem) if all(isinstance(v, (int, float)) and v > 0 for v in mem) else None
         points.append((attn, sum(speed(r) for r in runs) / len(runs), shown, avg))
-        methods |= {str(((r.get("efficiency") or {}).get("peak_memory") or {}).get("method")) for r in runs}
+        methods |= {str(figures(r, "peak_memory").get("method")) for r in runs}
         used += len(runs)
         partial += sum(covered_from_step(r, "throughput") != 0 for r in runs)
         partial_mem += sum(covered_from_step(r, "peak_memory") != 0 for r in runs)
