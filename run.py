@@ -44,6 +44,10 @@ def dispatch(cfg: DictConfig) -> Any:
     if cfg.mode in ("train", "test"):
         from lra.training.train import run
 
+        if cfg.get("pretrain") is not None and cfg.mode == "train":  # +pretrain=...: its own run first
+            from lra.training.pretrain import pretrain_stage
+
+            pretrain_stage(cfg)  # run, resumed or found finished (lra/training/pretrain.py)
         return run(cfg)
     if cfg.mode == "bench":
         from lra.bench.cli import run_bench

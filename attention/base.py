@@ -76,6 +76,10 @@ class Mixer(nn.Module):
     shared_qk: bool = False
     uses_qk: bool = True
     fuses_projections: bool = False
+    # A causal mask (query i sees keys j <= i): only exact softmax has one; self-pretraining's
+    # next-token objective sets ``causal`` (models/pretraining.py), never a classifier.
+    supports_causal: bool = False
+    causal: bool = False
 
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0) -> None:
         super().__init__()

@@ -8,15 +8,18 @@ PyTorch fall back to materialising the N x N matrix (slower, 10x memory at 4K).
 """
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer
 from attention.graph_safe import has_padding
-from attention.masking import key_bias, zero_padded
+from attention.masking import key_bias, neg_fill, zero_padded
 
 
 class SoftmaxAttention(Mixer):
+    supports_causal = True  # self-pretraining's next-token objective (models/pretraining.py)
+
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, dropout: float = 0.0) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
         self.dropout = dropout
@@ -24,8 +27,13 @@ class SoftmaxAttention(Mixer):
     def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
         # Without padding (image, pathfinder) no bias is passed, which lets SDPA pick its fastest
         # kernel (flash attention on CUDA); the network decides it once per batch (has_padding).
-        bias = key_bias(mask, q.dtype) if has_padding(mask) else None
+        padded = has_padding(mask)
+        bias = key_bias(mask, q.dtype) if padded else None
+        if self.causal:  # future keys get the padding's finite bias (one fill, so a padded row stays finite)
+            n = q.shape[-2]
+            hidden = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1) | ~mask[:, None, None, :]
+            bias = torch.zeros(hidden.shape, dtype=q.dtype, device=q.device).masked_fill(hidden, neg_fill(q.dtype))
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=bias, dropout_p=self.dropout if self.training else 0.0
         )
-        return out if bias is None else zero_padded(out, mask, padded=True)
+        return zero_padded(out, mask, padded=True) if padded else out

@@ -34,6 +34,7 @@ SETTINGS: dict[str, str] = {
     # what defines the experiment (the top-level sections kept in the identity)
     "mode": PROTOCOL, "protocol": PROTOCOL, "task": PROTOCOL, "model": PROTOCOL, "optim": PROTOCOL, "trainer": PROTOCOL,
     "attention": VARIANT, "attention_name": VARIANT,
+    "pretrain": PROTOCOL,  # self-pretraining (conf/pretrain/): in the identity only when present
     "seed": SEED, "task.datamodule.seed": SEED,
     # where the run executes: in the identity, not in the protocol
     "trainer.accelerator": EXECUTION, "trainer.devices": EXECUTION, "trainer.num_nodes": EXECUTION,
@@ -48,7 +49,8 @@ SETTINGS: dict[str, str] = {
 # leaves (a data generator's) are fixed settings of the task.
 SEED_FOLLOWING = tuple(k for k, c in SETTINGS.items() if c == SEED and k != "seed")
 # The top-level sections hashed by the resume key, in the order they were always hashed.
-IDENTITY = ("mode", "task", "attention_name", "attention", "model", "optim", "protocol", "seed", "trainer")
+# ``pretrain`` is absent from every config without +pretrain=..., so their keys are unchanged.
+IDENTITY = ("mode", "task", "attention_name", "attention", "model", "optim", "protocol", "seed", "trainer", "pretrain")
 # Switches that change the numbers only when on (a compiled or graph-safe run draws counter-based
 # randoms): off, they are left out, so the keys of runs from before they existed hold.
 OFF_BY_DEFAULT = (("trainer", "compile"), ("model", "graph_safe"))

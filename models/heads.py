@@ -22,3 +22,15 @@ class DualHead(nn.Module):
 
     def forward(self, u: Tensor, v: Tensor) -> Tensor:
         return self.head(torch.cat([u, v, u * v, u - v], dim=-1))
+
+
+class TokenHead(nn.Module):
+    """Per-token vocabulary logits from the encoder's per-token states (self-pretraining's head:
+    one linear map, as the decoder of Amos et al. 2024's code; not carried into fine-tuning)."""
+
+    def __init__(self, d_model: int, vocab_size: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(d_model, vocab_size)
+
+    def forward(self, states: Tensor) -> Tensor:
+        return self.proj(states)

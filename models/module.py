@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import functools
 import random
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -132,10 +132,14 @@ class LRAModule(pl.LightningModule):
         if "val_curve" in checkpoint:
             self.val_curve = [(int(s), float(v)) for s, v in checkpoint["val_curve"]]
 
+    def optimised_parameters(self) -> Iterator[tuple[str, torch.nn.Parameter]]:
+        """The named parameters AdamW trains (the network's; a subclass adds its own heads)."""
+        return self.network.named_parameters()
+
     def configure_optimizers(self) -> dict[str, Any]:
         hp = self.hparams
         decay, no_decay = [], []
-        for name, p in self.network.named_parameters():
+        for name, p in self.optimised_parameters():
             if p.requires_grad:
                 (no_decay if p.ndim < 2 or "norm" in name or "embed" in name else decay).append(p)
         opt = torch.optim.AdamW(

@@ -63,11 +63,23 @@ class LRAClassifier(nn.Module):
         self.head = DualHead(d_model, d_head, num_classes) if dual else ClassifierHead(d_model, d_head, num_classes)
 
     def encode(self, ids: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
+        return self.pool(*self._states(ids, mask, padded))
+
+    def _states(self, ids: Tensor, mask: Tensor, padded: bool | None) -> tuple[Tensor, Tensor]:
+        """Encoder outputs ``[B, N(+1), d]`` and their mask (the CLS position first when ``pool=cls``)."""
         x = self.embed(ids)
         if self.cls is not None:
             x, mask = prepend_cls(x, mask, self.cls)
         with batch_padding(mask, padded):
-            return self.pool(self.encoder(x, mask), mask)
+            return self.encoder(x, mask), mask
+
+    def token_states(self, ids: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
+        """Per-token encoder outputs ``[B, N, d]`` before pooling, one per input position (a CLS
+        token's output is dropped): what a per-token head (self-pretraining's) reads. One document
+        per row: a dual model's pairs are flattened by the caller."""
+        with graph_safe(self.graph_safe):
+            h, _ = self._states(ids, mask, padded)
+        return h[:, 1:] if self.cls is not None else h
 
     def forward(self, ids: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
         with graph_safe(self.graph_safe):

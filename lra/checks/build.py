@@ -114,6 +114,10 @@ def check_build(cfg: DictConfig) -> list[str]:
     try:
         module = build_module(cfg)
         datamodule = instantiate(cfg.task.datamodule)
+        if cfg.get("pretrain") is not None and cfg.mode == "train":
+            from lra.training.pretrain import check_pretraining
+
+            check_pretraining(cfg)
     except UserError:
         raise
     except (ValueError, TypeError, InstantiationException) as e:

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 # fetch downloads data and starts no run: run.py hands ``mode=fetch`` to lra.data.fetch before Hydra
 MODES = ("train", "test", "bench", "report", "fetch")
 RESUME_MODES = ("auto", True, False)
+PRETRAIN_OBJECTIVES = ("mlm", "causal")  # models.pretraining.OBJECTIVES (torch-free here; a test pins them equal)
 
 
 # ----------------------------------------------------------------------------- value rules
@@ -106,6 +107,15 @@ RULES: tuple[Rule, ...] = (
              "turn them off on purpose", modes=("train",)),
     Rule("checkpointing.every_minutes", "number", 0, low_open=True, nullable=True,
          example="checkpointing.every_minutes=30", modes=("train",)),
+    # self-pretraining (+pretrain=mlm|causal, conf/pretrain/; lra/training/pretrain.py)
+    Rule("pretrain.mask_ratio", "number", 0, 1, low_open=True, high_open=True, example="pretrain.mask_ratio=0.5",
+         why="the share of real tokens masked: 0 masks none, 1 leaves nothing to predict from", modes=("train",)),
+    Rule("pretrain.max_steps", "int", 1, example="pretrain.max_steps=5000", why="the pretraining budget in steps",
+         modes=("train",)),
+    Rule("pretrain.warmup_steps", "int", 0, example="pretrain.warmup_steps=1000", modes=("train",)),
+    Rule("pretrain.lr", "number", 0, low_open=True, example="pretrain.lr=1e-4", modes=("train",)),
+    Rule("pretrain.val_every", "int", 1, nullable=True, example="pretrain.val_every=500",
+         why="null = ten validations over the budget", modes=("train",)),
     # bench.repeats, warmup, rounds, min_time_s, lengths, protocol...: lra.bench.harness.check_settings,
     # which python -m lra.bench runs too
     Rule("bench.threads", "int", 1, nullable=True, example="bench.threads=1", modes=("bench",)),
@@ -225,6 +235,11 @@ def check_config(cfg: DictConfig) -> list[str]:
 
         if schedule not in SCHEDULES:
             problems.append(_unknown_choice("optim.schedule", schedule, list(SCHEDULES)))
+    objective = _select(cfg, "pretrain.objective")
+    if objective is not ABSENT and mode == "train":
+        if objective not in PRETRAIN_OBJECTIVES:
+            problems.append(_unknown_choice("pretrain.objective", objective, PRETRAIN_OBJECTIVES)
+                            + " (or choose the preset: +pretrain=mlm or +pretrain=causal)")
     resume = _select(cfg, "resume")
     if resume is not ABSENT and resume not in RESUME_MODES:
         problems.append(f"resume={resume!r} is not valid; use resume=auto (default), resume=true or resume=false")

@@ -106,7 +106,9 @@ def check_overrides(argv: list[str], conf_dir: Path) -> None:
             values.append((key, text))
     if not values:
         return
-    known = _known_keys(conf_dir, group_sets)
+    # a group added with +group=choice (+pretrain=mlm) adds its keys: compose with it (its first choice)
+    added = [a.split(",")[0] for a in argv if a.startswith("+") and "=" in a and a[1:].split("=", 1)[0] in groups]
+    known = _known_keys(conf_dir, group_sets, added)
     if not known:
         return
     for key, text in values:
@@ -122,12 +124,13 @@ def check_overrides(argv: list[str], conf_dir: Path) -> None:
                               f"to add a new key on purpose write +{text}")
 
 
-def _known_keys(conf_dir: Path, group_sets: dict[str, list[str]]) -> set[str]:
-    """Every key of the composed config, for each choice of each swept group (union)."""
+def _known_keys(conf_dir: Path, group_sets: dict[str, list[str]], added: list[str] = ()) -> set[str]:
+    """Every key of the composed config, for each choice of each swept group (union); ``added``:
+    ``+group=choice`` overrides composed with every variant."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    fixed = [f"{g}={cs[0]}" for g, cs in group_sets.items() if len(cs) == 1]
+    fixed = [*added, *(f"{g}={cs[0]}" for g, cs in group_sets.items() if len(cs) == 1)]
     variants = [fixed] + [[*(f for f in fixed if not f.startswith(g + "=")), f"{g}={c}"]
                           for g, cs in group_sets.items() if len(cs) > 1 for c in cs]
     known: set[str] = set()

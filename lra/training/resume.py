@@ -27,13 +27,15 @@ from lra.records import NullRecord, RunRecord, is_rank_zero, load_records
 from lra.training.checkpoints import LastCheckpoint, validates_next
 
 RESUMABLE = ("running", "interrupted", "failed")
+LOCKED_MODES = ("train", "pretrain")  # runs that train: one process per identity (pretrain: lra/training/pretrain.py)
 log = logging.getLogger(__name__)
 
 
-def find_previous(results_dir: str | Path, key: str) -> tuple[dict | None, dict | None]:
-    """The newest unfinished record with this key, and the newest finished one."""
+def find_previous(results_dir: str | Path, key: str, mode: str = "train") -> tuple[dict | None, dict | None]:
+    """The newest unfinished record with this key (of ``mode``: ``train``, or ``pretrain`` for a
+    self-pretraining stage), and the newest finished one."""
     records, _ = load_records(results_dir)
-    mine = sorted((r for r in records if r.get("run_key") == key and r["mode"] == "train"),
+    mine = sorted((r for r in records if r.get("run_key") == key and r["mode"] == mode),
                   key=lambda r: r.get("started_at") or "")
     unfinished = [r for r in mine if r["status"] in RESUMABLE and not still_running(r)]
     finished = [r for r in mine if r["status"] == "finished"]
@@ -73,7 +75,7 @@ def identical_run_lock(cfg: DictConfig) -> Iterator[None]:
     first to end, then resumes or skips it like any later command, instead of training a second
     copy beside it. A killed holder releases the lock with its process. ``resume=false``, an
     explicit ``ckpt_path``, ``mode=test`` and DDP workers (rank 0 decides) take no lock."""
-    if cfg.get("mode") != "train" or cfg.get("resume", "auto") is False or cfg.get("ckpt_path") or not is_rank_zero():
+    if cfg.get("mode") not in LOCKED_MODES or cfg.get("resume", "auto") is False or cfg.get("ckpt_path") or not is_rank_zero():
         yield
         return
     key = run_key(cfg)

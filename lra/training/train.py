@@ -158,6 +158,10 @@ def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, st
     datamodule.prepare_data()  # data problems surface here, before any model or trainer exists
     check_same_data(record, datamodule, resuming=bool(resume_from) and cfg.mode == "train")
     module = build_module(cfg)
+    if cfg.get("pretrain") is not None and cfg.mode == "train" and not resume_from:  # self-pretraining hook
+        from lra.training.pretrained import start_from_pretrained  # (lra/training/pretrained.py): a fresh fine-tune
+
+        start_from_pretrained(cfg, module, record)  # starts from the pretrained encoder
     if resume_from:
         check_checkpoint(module, resume_from, own=not cfg.get("ckpt_path"))
     trainer = build_trainer(cfg, stop.ckpt_dir, [stop, stop.last])
