@@ -96,9 +96,24 @@ class MaskedLMModule(LRAModule):
         super().__init__(network, num_classes=vocab_size, **optim)
         self.objective, self.mask_ratio, self.mask_seed = objective, float(mask_ratio), int(seed)
         self.mask_id = vocab_size
+        self.val_loss_curve: list[tuple[int, float]] = []  # (global step, validation loss) per evaluation
         self.token_head = TokenHead(network.embed.tokens.embedding_dim, vocab_size)
         if objective == "causal":
             set_causal(network)
+
+    def on_validation_epoch_end(self) -> None:
+        super().on_validation_epoch_end()  # val_curve: (step, masked-token accuracy)
+        value = self.trainer.callback_metrics.get("val/loss")
+        if value is not None and not self.trainer.sanity_checking:
+            self.val_loss_curve.append((int(self.global_step), float(value)))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_save_checkpoint(checkpoint)
+        checkpoint["val_loss_curve"] = [list(p) for p in self.val_loss_curve]
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        super().on_load_checkpoint(checkpoint)
+        self.val_loss_curve = [(int(s), float(v)) for s, v in checkpoint.get("val_loss_curve", [])]
 
     def optimised_parameters(self) -> Iterator[tuple[str, torch.nn.Parameter]]:
         yield from self.network.named_parameters()

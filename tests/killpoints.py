@@ -15,6 +15,9 @@ Points (``at``):
 * ``after_val:S`` after step S and its validation have ended, before step S+1 starts
 * ``test:J``      in the middle of the test pass, after its J-th batch (from 1)
 
+``stage`` (optional) limits the point to one stage of a self-pretrained run (``+pretrain=...``):
+``pretrain`` (the pretraining stage) or ``train`` (the fine-tune); unset, the first stage to reach it.
+
 ``signal`` is what the run sends itself there: ``KILL`` (default), ``TERM``, ``INT`` or ``INT2``
 (two Ctrl-C presses in a row). :class:`PauseAt` instead holds the run there until the test lets it go
 (for tests in which a second process acts while the first is at a known point).
@@ -34,11 +37,13 @@ POINTS = ("save", "step", "val", "val_end", "after_val", "test")
 class AtPoint(pl.Callback):
     """Calls :meth:`act` once, at the point ``at``."""
 
-    def __init__(self, at: str) -> None:
+    def __init__(self, at: str, stage: str | None = None) -> None:
         kind, *numbers = str(at).split(":")
         if kind not in POINTS:
             raise ValueError(f"unknown point {at!r}; valid kinds: {POINTS}")
-        self.kind, self.numbers = kind, tuple(int(n) for n in numbers)
+        if stage not in (None, "pretrain", "train"):
+            raise ValueError(f"unknown stage {stage!r}; valid: pretrain, train")
+        self.kind, self.numbers, self.stage = kind, tuple(int(n) for n in numbers), stage
         self.saves = 0
         self.fired = False
 
@@ -51,6 +56,10 @@ class AtPoint(pl.Callback):
             self.act()
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        pretraining = hasattr(pl_module, "mask_ratio")  # models.pretraining.MaskedLMModule
+        if self.stage is not None and self.stage != ("pretrain" if pretraining else "train"):
+            self.fired = True  # another stage's trainer: never fires here
+            return
         if self.kind != "save":
             return
         save = trainer.save_checkpoint
@@ -87,8 +96,8 @@ class AtPoint(pl.Callback):
 
 
 class KillAt(AtPoint):
-    def __init__(self, at: str, signal: str = "KILL") -> None:
-        super().__init__(at)
+    def __init__(self, at: str, signal: str = "KILL", stage: str | None = None) -> None:
+        super().__init__(at, stage)
         if signal not in ("KILL", "TERM", "INT", "INT2"):
             raise ValueError(f"unknown signal {signal!r}")
         self.signal = signal
@@ -105,8 +114,8 @@ class PauseAt(AtPoint):
     ``until``: both are blocking opens, so the test and the run meet without polling or timeouts
     (:func:`pause_fifos` makes the pair)."""
 
-    def __init__(self, at: str, until: str) -> None:
-        super().__init__(at)
+    def __init__(self, at: str, until: str, stage: str | None = None) -> None:
+        super().__init__(at, stage)
         self.until = Path(until)
 
     def act(self) -> None:

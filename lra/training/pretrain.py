@@ -42,7 +42,7 @@ from lra.badinput import ConfigError, DivergedError
 from lra.files import write_bytes
 from lra.identity import run_key
 from lra.records import RunRecord, hydra_overrides
-from lra.training.checkpoints import LAST, best_checkpoint
+from lra.training.checkpoints import LAST
 from lra.training.pretrained import ENCODER, MODE, pretraining_config
 from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, check_same_data, find_previous,
                                  identical_run_lock)
@@ -161,18 +161,16 @@ def _pretrain(pre: DictConfig, record: RunRecord, resume_from: str | None, stop:
     buffer = io.BytesIO()
     torch.save(module.network.state_dict(), buffer)
     write_bytes(encoder, buffer.getbuffer())  # atomically: a kill here leaves no half file
-    best = best_checkpoint(trainer)
-    curve = [list(p) for p in module.val_curve]
+    curve, losses = [list(p) for p in module.val_curve], [list(p) for p in module.val_loss_curve]
     record.update(
-        learning_curve=curve, encoder=str(encoder), checkpoint_dir=str(stop.ckpt_dir), overrides=hydra_overrides(),
+        learning_curve=curve, loss_curve=losses, encoder=str(encoder), checkpoint_dir=str(stop.ckpt_dir),
+        overrides=hydra_overrides(), efficiency=efficiency_fields(trainer),
         metrics={"train_steps": trainer.global_step, "val_acc": curve[-1][1] if curve else None,
-                 "best_val_acc": float(best.best_model_score) if best is not None and best.best_model_score is not None
-                 else None, "val_loss": _metric(trainer.callback_metrics.get("val/loss"))},
-        efficiency=efficiency_fields(trainer))
-
-
-def _metric(value: Any) -> float | None:
-    return None if value is None else float(value)
+                 "val_loss": losses[-1][1] if losses else None,
+                 "best_val_acc": max((acc for _, acc in curve), default=None)},
+        note="self-pretraining: val_acc/val_loss are the accuracy and cross-entropy of the predicted tokens (masked "
+             "ones for mlm, the next ones for causal) on the validation split, with the same masks at every "
+             "validation; the encoder a fine-tune starts from is the last step's (encoder)")
 
 
 def _finish_wandb(record: RunRecord) -> None:

@@ -1,0 +1,133 @@
+"""Self-pretraining through ``run.py`` end to end (issue 64): one command pretrains then fine-tunes;
+the pretraining is a run of its own, found again by its identity (a second fine-tune reuses it);
+both stages resume exactly from a kill at any point (``tests/killpoints.py``, limited to one stage
+with ``stage=``); every attention config runs ``experiment=quick +pretrain=mlm``.
+
+Runs go through ``tests/forkrun.py`` (see ``tests/training/test_resume.py``)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from attention.registry import variant_names
+
+SMALL = ["experiment=quick", "+pretrain=mlm", "model=tiny", "logger=none", "trainer.enable_progress_bar=false",
+         "task.max_len=64", "task.batch_size=16", "task.datamodule.generator.n_train=200",
+         "task.datamodule.generator.n_val=40", "task.datamodule.generator.n_test=40",
+         "task.datamodule.generator.min_length=5", "task.datamodule.generator.max_length=60"]
+QUICK = [*SMALL, "pretrain.max_steps=4", "trainer.max_steps=4", "task.val_every=2", "optim.warmup_steps=1"]
+# resume: dropout on, validations and checkpoints at steps that coincide (10, 20) and that do not (7, 14)
+RESUME = [*SMALL, "model.dropout=0.1", "trainer.deterministic=true", "optim.lr=1e-3", "optim.warmup_steps=3",
+          "pretrain.max_steps=20", "pretrain.val_every=10", "trainer.max_steps=20", "task.val_every=10",
+          "checkpointing.every_n_steps=7"]
+# pretraining writes: last 7, best 10, last 14, best 20 (if better), last 20 ... ; the fine-tune the same
+PRETRAIN_KILLS = ["step:3", "save:1", "save:2", "save:3", "step:10", "val:10:1", "after_val:10", "val_end:20", "step:20"]
+FINETUNE_KILLS = ["step:3", "save:1", "save:3", "val:10:2", "after_val:10", "test:1"]
+
+
+def records(cwd: Path, mode: str | None = None) -> list[dict]:
+    found = [json.loads(p.read_text()) for p in sorted((cwd / "results" / "runs").glob("*.json"))]
+    return [r for r in found if mode is None or r["mode"] == mode]
+
+
+def env(cwd: Path, data: Path) -> dict[str, str]:
+    return {"LRA_DATA_DIR": str(data), "LRA_RESULTS_DIR": str(cwd / "results"),
+            "LRA_CHECKPOINT_DIR": str(cwd / "checkpoints")}
+
+
+def kill_at(point: str, stage: str) -> list[str]:
+    return ["+callbacks.kill._target_=tests.killpoints.KillAt", f"+callbacks.kill.at={point}",
+            f"+callbacks.kill.stage={stage}"]
+
+
+@pytest.fixture(scope="module")
+def server(run_server):
+    return run_server  # the worker's run server (tests/conftest.py)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+def outcome(cwd: Path) -> dict:
+    (pre,) = records(cwd, "pretrain")
+    (fine,) = records(cwd, "train")
+    assert pre["status"] == "finished" and fine["status"] == "finished", (pre.get("error"), fine.get("error"))
+    encoder = torch.load(pre["encoder"], weights_only=True)
+    return {"pre": {k: pre[k] for k in ("metrics", "learning_curve", "loss_curve")},
+            "fine": {"metrics": {k: v for k, v in fine["metrics"].items()}, "curve": fine["learning_curve"]},
+            "encoder": encoder, "pre_record": pre, "fine_record": fine}
+
+
+def test_one_command_pretrains_then_fine_tunes_and_a_second_fine_tune_reuses_it(server, data, tmp_path):
+    server.run(QUICK, tmp_path, env(tmp_path, data))
+    (pre,) = records(tmp_path, "pretrain")
+    (fine,) = records(tmp_path, "train")
+    assert pre["status"] == fine["status"] == "finished"
+    assert pre["metrics"]["train_steps"] == 4 and fine["metrics"]["train_steps"] == 4
+    assert pre["efficiency"]["wall"]["train_s"] > 0  # the budget is stated in steps and wall time
+    assert pre["config"]["mode"] == "pretrain" and fine["config"]["pretrain"]["objective"] == "mlm"
+    assert fine["pretraining"]["run_id"] == pre["run_id"] and Path(fine["pretraining"]["record"]).is_file()
+    assert Path(pre["encoder"]).is_file() and not (Path(pre["checkpoint_dir"]) / "last.ckpt").exists()
+    assert pre["run_key"] != fine["run_key"]
+    # a fine-tune with another budget finds the same pretraining; the same command again skips both
+    server.run([*QUICK, "trainer.max_steps=3"], tmp_path, env(tmp_path, data))
+    server.run(QUICK, tmp_path, env(tmp_path, data))
+    assert len(records(tmp_path, "pretrain")) == 1 and len(records(tmp_path, "train")) == 2
+    assert {r["pretraining"]["run_id"] for r in records(tmp_path, "train")} == {pre["run_id"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", variant_names())
+def test_every_attention_config_pretrains_and_fine_tunes(server, data, tmp_path, attention):
+    server.run([*QUICK, f"attention={attention}", "pretrain.max_steps=2", "trainer.max_steps=2"], tmp_path,
+               env(tmp_path, data))
+    (pre,) = records(tmp_path, "pretrain")
+    (fine,) = records(tmp_path, "train")
+    assert pre["status"] == fine["status"] == "finished" and fine["pretraining"]["run_id"] == pre["run_id"]
+    assert pre["metrics"]["val_loss"] is not None and fine["metrics"]["test_acc"] is not None
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(server, data, tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("ref")
+    server.run(RESUME, cwd, env(cwd, data))
+    return outcome(cwd)
+
+
+def assert_same(got: dict, ref: dict) -> None:
+    assert got["pre"] == ref["pre"]
+    assert got["fine"] == ref["fine"]
+    assert ref["encoder"].keys() == got["encoder"].keys()
+    for k, v in ref["encoder"].items():
+        if isinstance(v, torch.Tensor):
+            assert torch.equal(v, got["encoder"][k]), k
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", PRETRAIN_KILLS)
+def test_killed_while_pretraining_the_same_command_resumes_it_then_fine_tunes(server, data, uninterrupted, tmp_path, point):
+    killed = server.run([*RESUME, *kill_at(point, "pretrain")], tmp_path, env(tmp_path, data), check=False)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert not records(tmp_path, "train")  # the fine-tune had not started
+    server.run(RESUME, tmp_path, env(tmp_path, data))
+    got = outcome(tmp_path)
+    assert_same(got, uninterrupted)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", FINETUNE_KILLS)
+def test_killed_while_fine_tuning_the_fine_tune_resumes_without_pretraining_again(server, data, uninterrupted, tmp_path,
+                                                                                 point):
+    killed = server.run([*RESUME, *kill_at(point, "train")], tmp_path, env(tmp_path, data), check=False)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    (pre,) = records(tmp_path, "pretrain")
+    assert pre["status"] == "finished"
+    server.run(RESUME, tmp_path, env(tmp_path, data))
+    got = outcome(tmp_path)
+    assert_same(got, uninterrupted)
+    assert got["pre_record"] == pre  # not touched: not resumed, not rerun
