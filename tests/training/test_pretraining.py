@@ -234,3 +234,37 @@ def test_causal_with_a_bidirectional_variant_is_one_clear_line(tmp_path):
     assert "pretrain.objective=causal" in text and "attention=adamra" in text and "+pretrain=mlm" in text
     assert "\n" not in text
     check_pretraining(compose_run("+pretrain=causal", "attention=softmax", "model=tiny"))  # softmax can
+
+
+def test_a_fresh_fine_tune_starts_from_the_recorded_encoder(tmp_path):
+    """start_from_pretrained finds the finished pretraining by its identity, loads its encoder and
+    names it in the fine-tune's record."""
+    from lra.records import RunRecord
+    from lra.training.pretrain import build_pretraining_module
+    from lra.training.pretrained import ENCODER, MODE, start_from_pretrained
+    from lra.training.train import build_module
+
+    cfg = compose_run("+pretrain=mlm", "model=tiny", "attention=adamra", f"paths.results_dir={tmp_path}/results",
+                      f"paths.checkpoint_dir={tmp_path}/ckpt")
+    pre_cfg = pretraining_config(cfg)
+    pre = build_pretraining_module(pre_cfg)
+    rec = RunRecord(pre_cfg.paths.results_dir, mode=MODE, task="listops", attention="adamra", seed=0,
+                    config=OmegaConf.to_container(pre_cfg, resolve=True))
+    encoder = tmp_path / "ckpt" / rec.data["run_id"] / ENCODER
+    encoder.parent.mkdir(parents=True)
+    torch.save(pre.network.state_dict(), encoder)
+    rec.update(run_key=run_key(pre_cfg), encoder=str(encoder), metrics={"train_steps": 5}).write()
+    rec.finish("finished")
+    fine = build_module(cfg)
+    head = fine.network.head.net[0].weight.clone()
+    record = RunRecord(cfg.paths.results_dir, mode="train", task="listops", attention="adamra", seed=0, config={})
+    start_from_pretrained(cfg, fine, record)
+    assert torch.equal(fine.network.embed.positions.weight, pre.network.embed.positions.weight)
+    assert torch.equal(fine.network.encoder.blocks[0].ffn[0].weight, pre.network.encoder.blocks[0].ffn[0].weight)
+    assert torch.equal(fine.network.head.net[0].weight, head)
+    assert record.data["pretraining"]["run_id"] == rec.data["run_id"] and record.data["pretraining"]["steps"] == 5
+    encoder.unlink()  # gone: one line that names the file and the way out
+    from lra.badinput import DataMissingError
+
+    with pytest.raises(DataMissingError, match="is gone"):
+        start_from_pretrained(cfg, build_module(cfg), record)
