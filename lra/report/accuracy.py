@@ -28,7 +28,7 @@ from typing import Any
 
 from lra.report import reference as ref
 from lra.report import stats
-from lra.report.cells import AccuracyGroup, ExperimentCell, RowKey, row_text, source_column, source_text
+from lra.report.cells import SPT, AccuracyGroup, ExperimentCell, RowKey, baseline_name, row_text, source_column, source_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, ComparisonRow, RunPair, measured_on, ranking_marks
 from lra.report.tables import MISSING, Table, TableCell
 
@@ -111,7 +111,7 @@ def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow
                        significant=("yes" if comp.significant else "no") if tested else None)
             cells.append(TableCell(text, raw["mean"], marks.get((t, key), 0), {f"{t}_{k}": raw[k] for k in TASK_FIELDS}))
         avg = statistics.fmean(means) if len(means) == len(tasks) else None
-        if avg is not None and not group.custom:
+        if avg is not None and not group.custom and SPT not in key[0]:  # SMAT and the bubble chart: from scratch
             averages[key[0]] = (avg, tasks)
         cells.append(TableCell(f"{avg:.2f}" if avg is not None else MISSING, data={"avg": avg}))
         table.rows.append(cells)
@@ -141,6 +141,10 @@ def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow
     ]
     if mixed:
         table.notes.append("(k commits): the cell pools runs of one configuration made by k code versions.")
+    if any(SPT in key[0] for key in group.rows):
+        table.notes.append(f"<variant>{SPT}<objective>): fine-tuned after a self-pretraining stage on the task's own "
+                           "training split (docs/pretraining.md); never pooled with the runs from scratch, and tested "
+                           f"against softmax{SPT}<objective>), the softmax row trained the same way.")
     if group.custom:
         table.notes.append("Runs whose command line overrode protocol-defining settings, or whose configuration differs "
                            "from the protocol row's (listed per row with its config hash; lra/report/cells.py): "
@@ -312,9 +316,9 @@ def across_table(group: AccuracyGroup, metric: str) -> Table:
                 mean = statistics.fmean(statistics.fmean(v) for v in values)
                 avg = TableCell(f"{mean:.2f} (no interval: < {stats.MIN_SEEDS} seeds in a task)", mean,
                                 data={"avg": mean, "avg_low": None, "avg_high": None})
-        base = group.rows.get(("softmax", key[1]))
+        base = group.rows.get((baseline_name(key[0]), key[1]))
         poi = TableCell(MISSING, data={"p_improve": None, "p_improve_tasks": None})
-        if base is not None and key[0] != "softmax":
+        if base is not None and key[0] != baseline_name(key[0]):
             common = [t for t in row_tasks if t in base]
             if common and all(per[t].n >= stats.MIN_SEEDS and base[t].n >= stats.MIN_SEEDS for t in common):
                 p = stats.probability_of_improvement([per[t].values(metric) for t in common],

@@ -45,8 +45,30 @@ MAX_DIFFS = 3
 CONFIG_LABEL = "config "
 
 
-def order(name: str) -> tuple[int, str]:
-    return (0 if name == "softmax" else 1, name)
+SPT = " +SPT("  # a self-pretrained fine-tune's row: "<attention> +SPT(<objective>)" (lra/training/pretrain.py)
+
+
+def spt_label(rec: dict[str, Any]) -> str:
+    """``' +SPT(mlm)'`` for a self-pretrained fine-tune (its config has a ``pretrain`` section), else ''.
+    Its rows stand beside the from-scratch rows of the same protocol, never pooled with them (the
+    ``pretrain`` settings are in the identity), with a reference and a softmax baseline of their own."""
+    pre = (rec.get("config") or {}).get("pretrain")
+    return f"{SPT}{pre.get('objective')})" if isinstance(pre, dict) else ""
+
+
+def row_name(rec: dict[str, Any]) -> str:
+    return str(rec["attention"]) + spt_label(rec)
+
+
+def baseline_name(name: str) -> str:
+    """The softmax row a row is tested against: from scratch, or self-pretrained the same way."""
+    return "softmax" + (name[name.index(SPT):] if SPT in name else "")
+
+
+def order(name: str) -> tuple[int, str, str]:
+    """softmax first, each variant's self-pretrained row right after its from-scratch row."""
+    base, _, spt = name.partition(SPT)
+    return (0 if base == "softmax" else 1, base, spt)
 
 
 def task_order(task: str) -> tuple[int, str]:
@@ -190,17 +212,18 @@ def _references(train: list[Run], flats: dict[str, dict[str, Any]], hashes: dict
                 ) -> dict[tuple[str, str], tuple[str | None, str | None]]:
     """(protocol, task) -> (the protocol settings' JSON, the test set) of the protocol's reference
     runs (module rules): each variant votes once, with its most common settings."""
-    per_variant: dict[tuple[str, str], dict[str, list[Run]]] = {}
+    per_variant: dict[tuple[str, str, str], dict[str, list[Run]]] = {}
     for run in train:
         if not protocol_overrides(run.rec):
-            key = (str(run.rec["protocol"]), str(run.rec["task"]))
-            per_variant.setdefault(key, {}).setdefault(str(run.rec["attention"]), []).append(run)
+            key = (str(run.rec["protocol"]), str(run.rec["task"]), spt_label(run.rec))
+            per_variant.setdefault(key, {}).setdefault(row_name(run.rec), []).append(run)
     out = {}
     for key, variants in per_variant.items():
         settings = {a: _vote([_settings_json(flats[hashes[r.run_id]]) for r in rs], None) for a, rs in variants.items()}
         sets = {a: _vote([r.test_set for r in rs if r.test_set is not None], None) for a, rs in variants.items()}
-        out[key] = (_vote(list(settings.values()), settings.get("softmax")),
-                    _vote([v for v in sets.values() if v is not None], sets.get("softmax")))
+        base = "softmax" + key[2]  # the baseline row of this training (from scratch or self-pretrained)
+        out[key] = (_vote(list(settings.values()), settings.get(base)),
+                    _vote([v for v in sets.values() if v is not None], sets.get(base)))
     return out
 
 
@@ -218,14 +241,15 @@ def accuracy_groups(runs: list[Run], ledger: Ledger) -> list[AccuracyGroup]:
         flat = seedless(run.ident, seed_following(run.ident))
         h = config_hash(flat)
         flats[h], hashes[run.run_id] = flat, h
-        key = (str(run.rec["protocol"]), protocol_overrides(run.rec), str(run.rec["attention"]), str(run.rec["task"]))
+        key = (str(run.rec["protocol"]), protocol_overrides(run.rec), row_name(run.rec), str(run.rec["task"]),
+               spt_label(run.rec))
         buckets.setdefault(key, {}).setdefault(h, []).append(run)
     references = _references(train, flats, hashes)
     groups: dict[tuple[str, bool], AccuracyGroup] = {}
-    for (protocol, overrides, attention, task), by_hash in sorted(buckets.items()):
+    for (protocol, overrides, attention, task, spt), by_hash in sorted(buckets.items()):
         cells = {(h, ts): ExperimentCell(flats[h], _one_per_seed(rs, ledger), ts)
                  for h, hrs in by_hash.items() for ts, rs in _split_by_test_set(hrs).items()}
-        ref_settings, ref_set = references.get((protocol, task), (None, None))
+        ref_settings, ref_set = references.get((protocol, task, spt), (None, None))
         eligible = [k for k, c in cells.items()
                     if overrides or (_settings_json(c.flat) == ref_settings and (ref_set is None or c.test_set in (None, ref_set)))]
         main = max(eligible, key=lambda k: (cells[k].n, cells[k].newest, k[0], k[1] or "")) if eligible else None

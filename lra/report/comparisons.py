@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lra.report import stats
-from lra.report.cells import ATTENTION_SECTIONS, AccuracyGroup, ExperimentCell, RowKey, differences
+from lra.report.cells import ATTENTION_SECTIONS, AccuracyGroup, ExperimentCell, RowKey, baseline_name, differences
 from lra.report.screening import Run
 
 ALPHA = 0.05
@@ -106,8 +106,10 @@ def _pairs(group: AccuracyGroup, wanted: list[tuple[RowKey, RowKey]], metric: st
 
 
 def declared_family(group: AccuracyGroup, metric: str) -> list[ComparisonRow]:
-    """Every variant against the softmax row with the same labels, per task; Holm over the tested."""
-    wanted = [(k, ("softmax", k[1])) for k in group.row_keys() if k[0] != "softmax" and ("softmax", k[1]) in group.rows]
+    """Every variant against the softmax row with the same labels (and the same training: from scratch,
+    or self-pretrained the same way), per task; Holm over the tested."""
+    wanted = [(k, (baseline_name(k[0]), k[1])) for k in group.row_keys()
+              if k[0] != baseline_name(k[0]) and (baseline_name(k[0]), k[1]) in group.rows]
     return _holm(_pairs(group, wanted, metric))
 
 

@@ -27,7 +27,13 @@ def is_neutral(override: str) -> bool:
     return is_neutral_override(override)
 
 
+# Added config groups that name a row rather than change a protocol: ``+pretrain=mlm`` makes the
+# row "<attention> +SPT(mlm)" (lra.report.cells.spt_label); its settings (pretrain.mask_ratio=...) do change it.
+ROW_GROUPS = ("+pretrain",)
+
+
 def protocol_overrides(rec: dict[str, Any]) -> tuple[str, ...]:
     """The run's protocol-defining overrides, sorted (empty: a run of its protocol). Screening has
     checked that ``overrides`` is a list of strings."""
-    return tuple(sorted(o for o in rec.get("overrides") or () if not is_neutral(str(o))))
+    return tuple(sorted(o for o in rec.get("overrides") or ()
+                        if not is_neutral(str(o)) and str(o).split("=", 1)[0].strip() not in ROW_GROUPS))
