@@ -104,10 +104,17 @@ def check_overrides(argv: list[str], conf_dir: Path) -> None:
             group_sets[key] = [str(c) for c in choices]
         else:
             values.append((key, text))
+    # a group added with +group=choice (+pretrain=mlm, +ablation=...): a known choice, and its keys are known
+    added = [a.split(",")[0] for a in argv if a.startswith("+") and "=" in a and a[1:].split("=", 1)[0] in groups]
+    for text in added:
+        group, choice = text[1:].split("=", 1)
+        valid = _group_choices(conf_dir, group)
+        if choice not in valid:
+            close = difflib.get_close_matches(choice, valid, n=1)
+            raise ConfigError(f"unknown +{group}={choice}: there is no config '{group}/{choice}'. "
+                              f"Available options: {', '.join(valid)}" + (f"; did you mean +{group}={close[0]}?" if close else ""))
     if not values:
         return
-    # a group added with +group=choice (+pretrain=mlm) adds its keys: compose with it (its first choice)
-    added = [a.split(",")[0] for a in argv if a.startswith("+") and "=" in a and a[1:].split("=", 1)[0] in groups]
     known = _known_keys(conf_dir, group_sets, added)
     if not known:
         return

@@ -10,7 +10,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from attention.registry import build_mixer, variant_names
+from attention.registry import build_mixer, config_names, variant_names
 from lra.badinput import ConfigError
 from lra.checks.config import PRETRAIN_OBJECTIVES, check_config
 from lra.identity import run_key
@@ -268,3 +268,14 @@ def test_a_fresh_fine_tune_starts_from_the_recorded_encoder(tmp_path):
 
     with pytest.raises(DataMissingError, match="is gone"):
         start_from_pretrained(cfg, build_module(cfg), record)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("group,name", [*((g, n) for g in ("experiment", "task", "ablation", "model", "trainer")
+                                           for n in config_names(g))])
+def test_every_config_composes_with_pretraining(group, name, tmp_path):
+    choice = f"+{group}={name}" if group == "ablation" else f"{group}={name}"  # ablations are added (README)
+    cfg = compose_run(choice, "+pretrain=mlm", f"paths.data_dir={tmp_path}")
+    pre = OmegaConf.to_container(pretraining_config(cfg), resolve=True)
+    assert pre["mode"] == "pretrain" and pre["trainer"]["max_steps"] == pre["pretrain"]["max_steps"] >= 1
+    assert 0 < pre["pretrain"]["mask_ratio"] < 1 and pre["pretrain"]["val_every"] >= 1
