@@ -67,6 +67,10 @@ def check_pretraining(cfg: DictConfig) -> None:
     objective = cfg.pretrain.get("objective")
     if objective not in OBJECTIVES:
         return  # stage 2 (lra.checks.config) named it
+    devices, nodes = cfg.trainer.get("devices", 1), cfg.trainer.get("num_nodes", 1)
+    if _several_devices(devices, nodes):
+        raise ConfigError(f"+pretrain={objective} runs on one device (trainer.devices={devices}, trainer.num_nodes={nodes}): "
+                          "the pretraining stage has no DDP launch of its own yet; use trainer.devices=1")
     if objective == "causal":
         from lra.training.train import build_network
 
@@ -77,6 +81,19 @@ def check_pretraining(cfg: DictConfig) -> None:
                 f"({type(unable[0]).__name__}) has none: of this suite's variants only softmax has one (the "
                 "efficient ones are bidirectional by construction); use +pretrain=mlm for this variant")
     build_pretraining_module(pretraining_config(cfg))
+
+
+def _several_devices(devices: Any, nodes: Any) -> bool:
+    if isinstance(nodes, int) and nodes > 1:
+        return True
+    if isinstance(devices, int):
+        return devices > 1 or devices == -1
+    if isinstance(devices, str):
+        return "," in devices or devices.strip() not in ("1", "auto")
+    try:
+        return len(devices) > 1
+    except TypeError:
+        return False
 
 
 # ----------------------------------------------------------------------------- stage 1: pretraining

@@ -279,3 +279,10 @@ def test_every_config_composes_with_pretraining(group, name, tmp_path):
     pre = OmegaConf.to_container(pretraining_config(cfg), resolve=True)
     assert pre["mode"] == "pretrain" and pre["trainer"]["max_steps"] == pre["pretrain"]["max_steps"] >= 1
     assert 0 < pre["pretrain"]["mask_ratio"] < 1 and pre["pretrain"]["val_every"] >= 1
+
+
+def test_pretraining_on_several_devices_is_refused_in_one_line():
+    from lra.training.pretrain import check_pretraining
+
+    with pytest.raises(ConfigError, match=r"trainer.devices=2.*use trainer.devices=1"):
+        check_pretraining(compose_run("+pretrain=mlm", "model=tiny", "trainer.devices=2"))
