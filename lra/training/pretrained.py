@@ -50,6 +50,8 @@ def pretraining_config(cfg: DictConfig) -> DictConfig:
         pre.task.warmup_steps = pre.optim.warmup_steps = int(settings["warmup_steps"])
         pre.task.val_every = pre.trainer.val_check_interval = int(settings["val_every"])
         pre.optim.lr = float(settings["lr"])
+        if pre.get("callbacks") and pre.callbacks.get("checkpoint") is not None:
+            pre.callbacks.checkpoint = None  # no best-validation weights: the last step's encoder is carried
         for node in (pre.get("logger") or {}).values():  # its own log folder: the fine-tune's logger writes next to it
             if isinstance(node, DictConfig) and "save_dir" in node:
                 node.save_dir = str(Path(str(cfg.paths.output_dir)) / MODE)

@@ -23,8 +23,9 @@ QUICK = [*SMALL, "pretrain.max_steps=4", "trainer.max_steps=4", "task.val_every=
 RESUME = [*SMALL, "model.dropout=0.1", "trainer.deterministic=true", "optim.lr=1e-3", "optim.warmup_steps=3",
           "pretrain.max_steps=20", "pretrain.val_every=10", "trainer.max_steps=20", "task.val_every=10",
           "checkpointing.every_n_steps=7"]
-# pretraining writes: last 7, best 10, last 14, best 20 (if better), last 20 ... ; the fine-tune the same
-PRETRAIN_KILLS = ["step:3", "save:1", "save:2", "save:3", "step:10", "val:10:1", "after_val:10", "val_end:20", "step:20"]
+# checkpoint writes: pretraining last 7, last 14 (no best-validation checkpoint: the last encoder is
+# carried); the fine-tune last 7, best 10, last 14, best 20 if better
+PRETRAIN_KILLS = ["step:3", "save:1", "save:2", "step:10", "val:10:1", "after_val:10", "val_end:20", "step:20"]
 FINETUNE_KILLS = ["step:3", "save:1", "save:3", "val:10:2", "after_val:10", "test:1"]
 
 
