@@ -47,6 +47,7 @@ from lra.training.pretrained import ENCODER, MODE, pretraining_config
 from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, check_same_data, find_previous,
                                  identical_run_lock)
 from lra.training.threads import apply_threads
+from lra.training.train import _finish_wandb, build_network, build_trainer, efficiency_fields, last_checkpoint, new_record
 from models.pretraining import OBJECTIVES, MaskedLMModule, non_causal_mixers
 
 log = logging.getLogger(__name__)
@@ -72,8 +73,6 @@ def check_pretraining(cfg: DictConfig) -> None:
         raise ConfigError(f"+pretrain={objective} runs on one device (trainer.devices={devices}, trainer.num_nodes={nodes}): "
                           "the pretraining stage has no DDP launch of its own yet; use trainer.devices=1")
     if objective == "causal":
-        from lra.training.train import build_network
-
         unable = non_causal_mixers(build_network(cfg))
         if unable:
             raise ConfigError(
@@ -125,15 +124,11 @@ def pretrain_stage(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _last_checkpoint(pre: DictConfig, record: RunRecord) -> Any:
-    from lra.training.train import last_checkpoint
-
     return last_checkpoint(pre, Path(pre.paths.checkpoint_dir) / record.data["run_id"])
 
 
 def _plan(pre: DictConfig) -> tuple[RunRecord | dict[str, Any], str | None]:
     """A finished pretraining (its record's data), an unfinished one to resume, or a new one."""
-    from lra.training.train import new_record
-
     key = run_key(pre)
     unfinished, finished = find_previous(pre.paths.results_dir, key, mode=MODE)
     if unfinished is not None:
@@ -150,8 +145,6 @@ def _plan(pre: DictConfig) -> tuple[RunRecord | dict[str, Any], str | None]:
 
 
 def _pretrain(pre: DictConfig, record: RunRecord, resume_from: str | None, stop: GracefulStop) -> None:
-    from lra.training.train import build_trainer, efficiency_fields
-
     pl.seed_everything(pre.seed, workers=True)
     datamodule = instantiate(pre.task.datamodule)
     datamodule.prepare_data()
@@ -188,9 +181,3 @@ def _pretrain(pre: DictConfig, record: RunRecord, resume_from: str | None, stop:
         note="self-pretraining: val_acc/val_loss are the accuracy and cross-entropy of the predicted tokens (masked "
              "ones for mlm, the next ones for causal) on the validation split, with the same masks at every "
              "validation; the encoder a fine-tune starts from is the last step's (encoder)")
-
-
-def _finish_wandb(record: RunRecord) -> None:
-    from lra.training.train import _finish_wandb as finish
-
-    finish(record)
