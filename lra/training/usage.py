@@ -66,6 +66,9 @@ def usage(conf_dir: Path) -> str:
     out += [f"  {p.stem:<{pw}}  {_preset_summary(p)}" for p in presets]
     out += ["", "Choices:"]
     out += [_wrapped(f"{g}=", _choices(conf_dir, g)) for g in GROUPS if (conf_dir / g).is_dir()]
+    if (conf_dir / "pretrain").is_dir():  # an added group: self-pretraining before the fine-tune
+        out += [_wrapped("+pretrain=", _choices(conf_dir, "pretrain"))
+                + "  (pretrain on the task's training split first: docs/pretraining.md)"]
     out += ["",
             "Settings: any key of the composed config, e.g. trainer.max_steps=20 task.max_len=1000 seed=1",
             "  (python run.py --cfg job prints them all for a command). Folders: data $LRA_DATA_DIR (./data),",

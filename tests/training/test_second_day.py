@@ -205,7 +205,7 @@ def test_help_lists_modes_presets_choices_and_first_commands():
     text = usage(ROOT / "conf")
     for needle in ("mode=...", "train ", "test ", "bench ", "report ", "experiment=...", "quick ", "xiong2021 ",
                    "python run.py experiment=quick attention=adamra task=listops", "python run.py mode=report",
-                   "attention= ", "adamra", "task= ", "pathfinder", "--hydra-help"):
+                   "attention= ", "adamra", "task= ", "pathfinder", "+pretrain= causal, mlm", "--hydra-help"):
         assert needle in text, needle
 
 
