@@ -7,12 +7,17 @@ Runs go through ``tests/forkrun.py`` (see ``tests/training/test_resume.py``)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from attention.registry import variant_names
+from tests.conftest import ROOT
+from tests.killpoints import pause_fifos
 
 SMALL = ["experiment=quick", "+pretrain=mlm", "model=tiny", "logger=none", "trainer.enable_progress_bar=false",
          "task.max_len=64", "task.batch_size=16", "task.datamodule.generator.n_train=200",
@@ -132,3 +137,38 @@ def test_killed_while_fine_tuning_the_fine_tune_resumes_without_pretraining_agai
     got = outcome(tmp_path)
     assert_same(got, uninterrupted)
     assert got["pre_record"] == pre  # not touched: not resumed, not rerun
+
+
+@pytest.mark.slow
+def test_two_fine_tunes_started_together_pretrain_once(data, tmp_path):
+    """Two jobs of a sweep (different fine-tunes) that need the same pretraining: the second waits on
+    the pretraining's lock while the first pretrains (paused at step 3 until the test lets it go:
+    FIFOs, no timing), then finds it finished and fine-tunes from it."""
+    release = tmp_path / "release"
+    pause_fifos(release)
+    environ = {**os.environ, "WANDB_MODE": "offline", **env(tmp_path, data)}
+    command = [sys.executable, str(ROOT / "run.py"), *QUICK]
+    pause = ["+callbacks.pause._target_=tests.killpoints.PauseAt", "+callbacks.pause.at=step:3",
+             f"+callbacks.pause.until={release}", "+callbacks.pause.stage=pretrain"]
+    first = subprocess.Popen([*command, *pause], cwd=tmp_path, env=environ, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    second = None
+    try:
+        with open(f"{release}.paused") as paused:  # blocks until the first is at pretraining step 3
+            assert paused.read() == "paused\n"
+        second = subprocess.Popen([*command, "trainer.max_steps=3"], cwd=tmp_path, env=environ, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+        waiting = next((line for line in iter(second.stdout.readline, "") if "an identical run" in line), "")
+        assert "waiting for it to end" in waiting and len(records(tmp_path, "pretrain")) == 1
+        with open(release, "w"):
+            pass  # let the first run go on
+        assert first.wait(timeout=600) == 0, first.stderr.read()[-3000:]
+        rest = second.communicate(timeout=600)[0]
+        assert second.returncode == 0 and "self-pretraining already done" in rest, rest[-3000:]
+        (pre,) = records(tmp_path, "pretrain")
+        fines = records(tmp_path, "train")
+        assert len(fines) == 2 and {r["pretraining"]["run_id"] for r in fines} == {pre["run_id"]}
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
