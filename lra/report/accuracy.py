@@ -140,7 +140,8 @@ def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow
         f"{group.file_name('cells')}.",
     ]
     if mixed:
-        table.notes.append("(k commits): the cell pools runs of one configuration made by k code versions.")
+        table.notes.append("(k commits): the cell's runs ran on k code versions (every stretch between resumes "
+                           "counted; +hash: uncommitted edits), whose behavioural fingerprints agree.")
     if group.custom:
         table.notes.append("Runs whose command line overrode protocol-defining settings, or whose configuration differs "
                            "from the protocol row's (listed per row with its config hash; lra/report/cells.py): "
@@ -183,7 +184,9 @@ def cells_table(group: AccuracyGroup, metric: str) -> Table:
     table.notes += [
         "config = SHA-1 of the run's experiment identity without its seed (lra.identity.identity applied to the "
         "record's config: the resume key's definition); runs pool only when it is equal.",
-        "commits = the code versions (git) that made the runs; test examples = size of the test set of the prediction files."
+        "commits = the code versions (git; +hash: with uncommitted edits) that every stretch of the runs ran on, "
+        "pooled only where the runs' behavioural fingerprints agree; test examples = size of the test set of the "
+        "prediction files."
         + (" @N = step of the best validation (metrics.best_val_step)." if metric == "best_val_acc" else ""),
     ]
     return table
