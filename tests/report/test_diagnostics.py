@@ -179,3 +179,12 @@ def test_same_records_and_description_give_the_same_bytes(tmp_path):
 
     assert rendered(a) == rendered(b) == rendered(a)
     assert sorted(rendered(a)) == [f"diagnostics_{k}_quick" for k in ("agreement", "answers", "depth", "operator")]
+
+
+def test_a_single_run_gets_no_agreement_table(tmp_path):
+    res = Results(tmp_path / "results", n_test=20)
+    res.labels = np.array(LABELS)
+    write_preds(res, res.train("softmax", 0, data_fingerprint=FP), OPERATOR_FUNCTION)
+    write_description(res.root, description(res))
+    names = [t.name for t in build_tables(res.root, plots=False)[0] if t.name.startswith("diagnostics")]
+    assert names == ["diagnostics_operator_quick", "diagnostics_depth_quick", "diagnostics_answers_quick"]
