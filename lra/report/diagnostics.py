@@ -186,7 +186,7 @@ def _answers_table(g: AccuracyGroup, ts: TestSet, rows: list[tuple[RowKey, list[
         for r in runs:
             pred = np.asarray(r.preds["pred"]).astype(np.int64)
             acc = 100 * float(np.asarray(r.preds["correct"]).mean())
-            fixed = sum(Counter(pred[ts.operator == op].tolist()).most_common(1)[0][1] for op in ops if (ts.operator == op).any())
+            fixed = sum(Counter(pred[ts.operator == op].tolist()).most_common(1)[0][1] for op in ops)
             share = 100 * fixed / ts.n
             row = [TableCell(key[0], data={"attention": key[0]}),
                    TableCell(source_text(key, g.custom), data={"source": source_text(key, g.custom)}),
@@ -195,12 +195,13 @@ def _answers_table(g: AccuracyGroup, ts: TestSet, rows: list[tuple[RowKey, list[
                    TableCell(f"{share:.2f}", share, data={"fixed_by_operator": share})]
             for op in ops:
                 counts = sorted(Counter(pred[ts.operator == op].tolist()).items(), key=lambda kv: (-kv[1], kv[0]))
-                shown = ", ".join(f"{c}×{n}" for c, n in counts[:TOP_ANSWERS]) + (", …" if len(counts) > TOP_ANSWERS else "")
+                more = len(counts) - TOP_ANSWERS
+                shown = ", ".join(f"{c}×{n}" for c, n in counts[:TOP_ANSWERS]) + (f" (+{more} more)" if more > 0 else "")
                 row.append(TableCell(f"{len(counts)}: {shown}", data={f"{slug(op)}_distinct": len(counts),
                                                                     f"{slug(op)}_answers": ";".join(f"{c}:{n}" for c, n in counts)}))
             table.rows.append(row)
     table.notes += [f"Per outermost operator: the number of distinct classes the run predicts, then the most frequent "
-                    f"({TOP_ANSWERS} at most; class×examples; the CSV lists all). fixed by operator = the share of test "
+                    f"({TOP_ANSWERS} at most, as class×examples; +k more: the other classes, all in the CSV). fixed by operator = the share of test "
                     "examples whose answer is the run's most frequent one for their operator: 100% means the run's answer "
                     "is a function of the outermost operator alone. (n) = test examples with that operator.",
                     f"The operator-only classifier answers {_mode_text(ts.train_mode())}."] + notes
