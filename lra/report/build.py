@@ -37,6 +37,7 @@ from lra.report.accuracy import (across_table, accuracy_table, cells_table, expl
 from lra.report.arguments import check_compare_shape, check_metric, check_report_config
 from lra.report.cells import AccuracyGroup, accuracy_groups, order, row_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, declared_family, exploratory, run_pairs
+from lra.report.diagnostics import diagnostics_section
 from lra.report.efficiency import (MIN_FIT_MB, accuracy_label, accuracy_variants, bench_groups, efficiency_reference_table,
                                    efficiency_table, ok_results, power_fits, smat_reference_table, smat_table,
                                    training_points)
@@ -258,6 +259,8 @@ def build_tables(results_dir: str | Path, *, metric: str = "test_acc", smat_prot
     groups = accuracy_groups(runs, ledger)
     palette = Palette(sorted({str(r.rec["attention"]) for r in runs}, key=order)) if plots else None
     tables, pngs, averages, notices = _accuracy_section(groups, metric, pair, palette)
+    diagnostics, diagnostics_notices = diagnostics_section(groups, results_dir)   # ListOps: lra/report/diagnostics.py
+    tables, notices = tables + diagnostics, notices + diagnostics_notices
     placed = {r.run_id for g in groups for r in g.runs()}
     eff_tables, eff_plots, bubble = _efficiency_section(runs, ledger, averages, groups, smat_protocol, palette)
     tables += eff_tables
@@ -275,7 +278,7 @@ def build_tables(results_dir: str | Path, *, metric: str = "test_acc", smat_prot
 
 def _clean(out: Path) -> None:
     """Remove the files a previous report wrote (and nothing else), so stale tables do not linger."""
-    for sub, pattern in (("tables", r"^(accuracy|cells|across|significance|compare|runpairs|length|efficiency|smat|approximation)[\w.-]*\.(csv|tex)$"),
+    for sub, pattern in (("tables", r"^(accuracy|cells|across|significance|compare|runpairs|length|efficiency|smat|approximation|diagnostics)[\w.-]*\.(csv|tex)$"),
                          ("plots", r"^(bubble|scaling|length|curves|approximation)[\w.-]*\.png$")):
         for f in sorted((out / sub).glob("*")) if (out / sub).is_dir() else []:
             if re.match(pattern, f.name):
