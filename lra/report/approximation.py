@@ -241,7 +241,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 def pareto_plot(runs: list[dict], kind: str, n: int, palette: Any) -> bytes | None:
     """Error against block step time over each variant's budget sweep, one panel per family with the
-    front over every variant drawn in each (black), the default point circled."""
+    front over every variant drawn in each (black), the default point circled, bars the sd over draws."""
     sweeps = {}
     for rec in runs:
         pts = [p for p in _points(rec, kind) if p["n"] == n and p["status"] == "ok"
@@ -262,7 +262,8 @@ def pareto_plot(runs: list[dict], kind: str, n: int, palette: Any) -> bytes | No
             pts = sweeps[rec["attention"]]
             style = palette.style(rec["attention"])
             xs, ys = [p["time"]["ms"] for p in pts], [max(FLOOR, p["rel_error"]["mean"]) for p in pts]
-            ax.plot(xs, ys, label=rec["attention"], markersize=4, **style)
+            ax.errorbar(xs, ys, yerr=[p["rel_error"].get("sd") or 0.0 for p in pts], label=rec["attention"],
+                        markersize=4, capsize=2, **style)
             for p, x, y in zip(pts, xs, ys):
                 if p["default"]:
                     ax.scatter([x], [y], s=70, facecolors="none", edgecolors=style["color"])

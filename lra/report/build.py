@@ -123,7 +123,7 @@ def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str
             ordered = sorted(g.members, key=order)
             series = {a: [(n, r["ms"], r["peak_mb"]) for n, r in sorted(ok_results(g.members[a]).items())] for a in ordered}
             plots[f"plots/scaling_{g.name}.png"] = scaling_plot(
-                series, f"Time and memory against sequence length ({g.protocol}, log-log)", fits={a: power_fits(ok_results(g.members[a])) for a in ordered},
+                series, f"Time and memory against sequence length, {g.protocol}, {g.device}, batch {g.batch} (log-log)", fits={a: power_fits(ok_results(g.members[a])) for a in ordered},
                 min_mb=MIN_FIT_MB, palette=palette)
     if any(g.protocol == "table2" for g in benches):
         tables.append(efficiency_reference_table())

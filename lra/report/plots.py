@@ -44,8 +44,8 @@ CAPTIONS = {  # plot file-name prefix -> the sentence report.md prints under it
     "approximation_error_vs_n": "One panel per attention family; bars: sd over draws; errors below 1e-4 are "
                                 "drawn at 1e-4.",
     "approximation_pareto": "One panel per attention family; black: the front over every variant (no point is "
-                            "both faster and more accurate); circled: the default budget; errors below 1e-4 "
-                            "are drawn at 1e-4.",
+                            "both faster and more accurate); circled: the default budget; bars: sd over draws; "
+                            "errors below 1e-4 are drawn at 1e-4.",
 }
 
 
