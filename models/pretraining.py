@@ -119,6 +119,13 @@ class MaskedLMModule(LRAModule):
         yield from self.network.named_parameters()
         yield from self.token_head.named_parameters(prefix="token_head")
 
+    def forward(self, ids: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
+        """Vocabulary logits at every position of unmasked ``ids`` (a dual batch flattened to single
+        documents): what the behavioural fingerprint reads after its two steps."""
+        if ids.dim() == 3:
+            ids, mask = ids.flatten(0, 1), mask.flatten(0, 1)
+        return self.token_logits(ids, mask, padded)
+
     def token_logits(self, ids: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
         """Vocabulary logits ``[B, N, V]`` at every position of (already masked) ``ids``."""
         return self.token_head(self.network.token_states(ids, mask, padded))

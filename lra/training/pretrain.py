@@ -38,16 +38,18 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.badinput import ConfigError, DivergedError
+from lra.badinput import BadInputError, ConfigError, DivergedError
 from lra.files import write_bytes
 from lra.identity import run_key
 from lra.records import RunRecord, hydra_overrides
 from lra.training.checkpoints import LAST
-from lra.training.pretrained import ENCODER, MODE, pretraining_config
+from lra.training.pretrained import ENCODER, ENV_PRETRAINING, MODE, pretraining_config
 from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, check_same_data, find_previous,
                                  identical_run_lock)
 from lra.training.threads import apply_threads
-from lra.training.train import _finish_wandb, build_network, build_trainer, efficiency_fields, last_checkpoint, new_record
+from lra.training.fingerprint import behavioural_fingerprint
+from lra.training.train import (_commit_of, _finish_wandb, _what_changed, build_network, build_trainer, efficiency_fields,
+                                last_checkpoint, new_record)
 from models.pretraining import OBJECTIVES, MaskedLMModule, non_causal_mixers
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ def pretrain_stage(cfg: DictConfig) -> dict[str, Any]:
         record, resume_from = _plan(pre)
         if isinstance(record, dict):
             log.info("self-pretraining already done: record %s.json", record["run_id"])
+            os.environ[ENV_PRETRAINING] = record["run_id"]  # the one the fine-tune starts from
             return record
         record.update(efficiency={"threads": threads}, pid=os.getpid(), host=socket.gethostname(), boot=boot_id()).write()
         stop = GracefulStop(_last_checkpoint(pre, record)).install()
@@ -120,6 +123,7 @@ def pretrain_stage(cfg: DictConfig) -> dict[str, Any]:
         if last.is_file():  # a finished run is never resumed; encoder.pt is what fine-tunes read
             last.unlink()
         log.info("self-pretraining record: %s", record.path)
+        os.environ[ENV_PRETRAINING] = record.data["run_id"]
         return record.data
 
 
@@ -128,9 +132,12 @@ def _last_checkpoint(pre: DictConfig, record: RunRecord) -> Any:
 
 
 def _plan(pre: DictConfig) -> tuple[RunRecord | dict[str, Any], str | None]:
-    """A finished pretraining (its record's data), an unfinished one to resume, or a new one."""
+    """A finished pretraining (its record's data), an unfinished one to resume, or a new one; as for
+    a training run (lra.training.train._plan), only one whose code behaves as this code does
+    (:mod:`lra.training.fingerprint`, measured on the pretraining module) is resumed or reused."""
     key = run_key(pre)
-    unfinished, finished = find_previous(pre.paths.results_dir, key, mode=MODE)
+    behaviour = behavioural_fingerprint(pre, build_pretraining_module)
+    unfinished, finished = find_previous(pre.paths.results_dir, key, behaviour, mode=MODE)
     if unfinished is not None:
         record = RunRecord.reopen(Path(pre.paths.results_dir) / "runs" / f"{unfinished['run_id']}.json")
         last = Path(pre.paths.checkpoint_dir) / unfinished["run_id"] / LAST
@@ -141,7 +148,17 @@ def _plan(pre: DictConfig) -> tuple[RunRecord | dict[str, Any], str | None]:
         return record, None
     if finished is not None:
         return finished, None
-    return new_record(pre, MODE, run_key=key), None
+    other_unfinished, other_finished = find_previous(pre.paths.results_dir, key, behaviour, same=False, mode=MODE)
+    if other_unfinished is not None:
+        raise BadInputError(
+            f"this configuration's unfinished self-pretraining {other_unfinished['run_id']} was trained by code that "
+            f"behaves differently ({_what_changed(other_unfinished, behaviour)}): resuming would continue it with other "
+            f"code. Check out the code it ran on ({_commit_of(other_unfinished)}) to finish it, or move its record "
+            f"runs/{other_unfinished['run_id']}.json out of {pre.paths.results_dir} to pretrain afresh with this code")
+    if other_finished is not None:
+        log.warning("this configuration was self-pretrained before (record %s.json) by code that behaves differently "
+                    "(%s): pretraining again", other_finished["run_id"], _what_changed(other_finished, behaviour))
+    return new_record(pre, MODE, run_key=key, fingerprint=behaviour), None
 
 
 def _pretrain(pre: DictConfig, record: RunRecord, resume_from: str | None, stop: GracefulStop) -> None:

@@ -14,6 +14,8 @@ fine-tune keeps its own, as from scratch).
 from __future__ import annotations
 
 import copy
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,7 @@ from models.network import LRAClassifier
 
 MODE = "pretrain"
 ENCODER = "encoder.pt"
+ENV_PRETRAINING = "LRA_PRETRAINING_RUN"  # the pretraining the stage just ran or found (its fingerprint agreed)
 NOT_CARRIED = ("head.",)  # the classification head: a fine-tune starts a fresh one
 
 
@@ -76,11 +79,24 @@ def carried_state(encoder: dict[str, torch.Tensor], network: LRAClassifier) -> d
     return state
 
 
+def _chosen(cfg: DictConfig, key: str) -> dict[str, Any] | None:
+    """The finished pretraining this fine-tune starts from: the one the stage just ran or found in
+    this process (``run.py`` runs the stage first; its fingerprint agreed with this code), else the
+    newest finished one with the key."""
+    chosen = os.environ.get(ENV_PRETRAINING)
+    path = Path(cfg.paths.results_dir) / "runs" / f"{chosen}.json"
+    if chosen and path.is_file():
+        data = json.loads(path.read_text())
+        if data.get("run_key") == key and data.get("status") == "finished":
+            return data
+    return find_previous(cfg.paths.results_dir, key, mode=MODE)[1]
+
+
 def start_from_pretrained(cfg: DictConfig, module: pl.LightningModule, record: RunRecord) -> None:
     """Load the pretrained embeddings and encoder into a fresh fine-tune, and name the pretraining
     in the fine-tune's record."""
     pre = pretraining_config(cfg)
-    _, finished = find_previous(cfg.paths.results_dir, run_key(pre), mode=MODE)
+    finished = _chosen(cfg, run_key(pre))
     if finished is None:
         raise DataMissingError(f"no finished self-pretraining with this configuration (key {run_key(pre)}) is "
                                f"recorded under {cfg.paths.results_dir}; run the same command without changes to pretrain first")

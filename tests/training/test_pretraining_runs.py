@@ -80,6 +80,7 @@ def test_one_command_pretrains_then_fine_tunes_and_a_second_fine_tune_reuses_it(
     assert fine["pretraining"]["run_id"] == pre["run_id"] and Path(fine["pretraining"]["record"]).is_file()
     assert Path(pre["encoder"]).is_file() and not (Path(pre["checkpoint_dir"]) / "last.ckpt").exists()
     assert pre["run_key"] != fine["run_key"]
+    assert len(pre["fingerprint"]["losses"]) == 2 and pre["fingerprint"] != fine["fingerprint"]  # its own code's
     # a fine-tune with another budget finds the same pretraining; the same command again skips both
     server.run([*QUICK, "trainer.max_steps=3"], tmp_path, env(tmp_path, data))
     server.run(QUICK, tmp_path, env(tmp_path, data))
@@ -172,3 +173,28 @@ def test_two_fine_tunes_started_together_pretrain_once(data, tmp_path):
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
                 proc.kill()
+
+
+@pytest.mark.slow
+def test_a_pretraining_by_code_that_behaves_differently_is_not_reused_nor_resumed(server, data, tmp_path):
+    server.run(QUICK, tmp_path, env(tmp_path, data))
+    (pre,) = records(tmp_path, "pretrain")
+    path = tmp_path / "results" / "runs" / f"{pre['run_id']}.json"
+    other = {**pre, "fingerprint": {**pre["fingerprint"], "losses": [v + 1.0 for v in pre["fingerprint"]["losses"]]}}
+    path.write_text(json.dumps(other))  # as if another code had pretrained it
+    server.run([*QUICK, "trainer.max_steps=3"], tmp_path, env(tmp_path, data))
+    fresh = [r for r in records(tmp_path, "pretrain") if r["run_id"] != pre["run_id"]]
+    assert len(fresh) == 1 and fresh[0]["status"] == "finished"
+    (third,) = [r for r in records(tmp_path, "train") if r["config"]["trainer"]["max_steps"] == 3]
+    assert third["pretraining"]["run_id"] == fresh[0]["run_id"]  # not the other code's encoder
+    # an unfinished pretraining of other code is refused with one line, not continued
+    cwd = tmp_path / "second"
+    cwd.mkdir()
+    server.run(QUICK, cwd, env(cwd, data))
+    (pre2,) = records(cwd, "pretrain")
+    path = cwd / "results" / "runs" / f"{pre2['run_id']}.json"
+    path.write_text(json.dumps({**pre2, "status": "interrupted", "fingerprint": other["fingerprint"]}))
+    for rec in records(cwd, "train"):
+        (cwd / "results" / "runs" / f"{rec['run_id']}.json").unlink()
+    refused = server.run(QUICK, cwd, env(cwd, data), check=False)
+    assert refused.returncode == 2 and "self-pretraining" in refused.stderr and "behaves differently" in refused.stderr
