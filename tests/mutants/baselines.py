@@ -31,7 +31,7 @@ MUTANTS = [
            "return raw.clamp(0, nb - 1), valid", "return raw % nb, torch.ones_like(valid)",
            "sliding block window wraps around the sequence ends", ref("longformer")),
     Mutant("baselines-softmax-padded-keys", "attention/softmax.py",
-           "bias = key_bias(mask, q.dtype) if has_padding(mask) else None", "bias = None",
+           "bias = key_bias(mask, q.dtype) if padded else None", "bias = None",
            "mask left out: padded keys receive weight", ref("softmax")),
     # ------------------------------------------------------------------ linear
     Mutant("baselines-linear-no-normaliser", "attention/linear.py",

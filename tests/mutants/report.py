@@ -105,8 +105,9 @@ MUTANTS = [
            "disjoint seed sets of n >= 3 left untested (or handed to McNemar) instead of Welch's t over seeds",
            (f"{FINDINGS}::test_4_mcnemar_never_stands_in_for_a_seed_level_test",)),
     Mutant("report-family-widened", "lra/report/comparisons.py",
-           "wanted = [(k, (\"softmax\", k[1])) for k in group.row_keys() if k[0] != \"softmax\" and (\"softmax\", k[1]) in group.rows]",
-           "wanted = [(a, b) for a in group.row_keys() for b in group.row_keys() if a[0] > b[0] and a[1] == b[1]]",
+           "    wanted = [(k, (baseline_name(k[0]), k[1])) for k in group.row_keys()\n"
+           "              if k[0] != baseline_name(k[0]) and (baseline_name(k[0]), k[1]) in group.rows]",
+           "    wanted = [(a, b) for a in group.row_keys() for b in group.row_keys() if a[0] > b[0] and a[1] == b[1]]",
            "the Holm family is every pair in results/, so adding runs moves every adjusted p",
            (f"{FINDINGS}::test_5_the_holm_family_is_declared_not_whatever_is_in_results",)),
     Mutant("report-marks-without-test", "lra/report/comparisons.py",

@@ -16,9 +16,9 @@ MUTANTS = [
            "a paired t over two common seeds (one degree of freedom) instead of Welch below three",
            (f"{DISPLAY}::test_two_common_seeds_are_not_paired",)),
     Mutant("report-display-holm-per-task", "lra/report/comparisons.py",
-           '    wanted = [(k, ("softmax", k[1])) for k in group.row_keys() if k[0] != "softmax" and ("softmax", k[1]) in group.rows]\n'
+           "              if k[0] != baseline_name(k[0]) and (baseline_name(k[0]), k[1]) in group.rows]\n"
            "    return _holm(_pairs(group, wanted, metric))",
-           '    wanted = [(k, ("softmax", k[1])) for k in group.row_keys() if k[0] != "softmax" and ("softmax", k[1]) in group.rows]\n'
+           "              if k[0] != baseline_name(k[0]) and (baseline_name(k[0]), k[1]) in group.rows]\n"
            "    pairs = _pairs(group, wanted, metric)\n"
            "    return [c for t in group.tasks for c in _holm([c for c in pairs if c.task == t])]",
            "Holm applied per task instead of over the table's declared family",

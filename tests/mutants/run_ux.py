@@ -14,7 +14,7 @@ MUTANTS = [
            '"task.datamodule.num_workers": NEUTRAL,\n}', '"task.datamodule.num_workers": NEUTRAL,\n    "task.datamodule.data_dir": PROTOCOL,\n}',
            "moving the data directory makes a finished experiment look new", IDENT),
     Mutant("run_ux-key-drops-trainer", "lra/identity.py",
-           '"protocol", "seed", "trainer")', '"protocol", "seed")',
+           '"protocol", "seed", "trainer", "pretrain")', '"protocol", "seed", "pretrain")',
            "a run with other max_steps resumes/skips as if it were the same experiment", IDENT),
     Mutant("run_ux-stop-without-checkpoint", "lra/training/resume.py",
            "            if not validates_next(trainer):\n                self.last.save_now(trainer)\n",

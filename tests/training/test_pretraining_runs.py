@@ -121,9 +121,16 @@ def test_killed_while_pretraining_the_same_command_resumes_it_then_fine_tunes(se
     killed = server.run([*RESUME, *kill_at(point, "pretrain")], tmp_path, env(tmp_path, data), check=False)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert not records(tmp_path, "train")  # the fine-tune had not started
+    had_last = any((tmp_path / "checkpoints").glob("*/last.ckpt"))
     server.run(RESUME, tmp_path, env(tmp_path, data))
     got = outcome(tmp_path)
     assert_same(got, uninterrupted)
+    # resumed from its last.ckpt when it had one (else started again in the same record): not redone.
+    # The wall clock's stretches join up from step 0 to the end; a resumed one starts past step 0.
+    steps = [(seg["from_step"], seg["to_step"]) for seg in got["pre_record"]["efficiency"]["wall"]["segments"]]
+    assert steps[0][0] == 0 and steps[-1][1] == 20 and all(a[1] == b[0] for a, b in zip(steps, steps[1:])), steps
+    assert (len(steps) == 2 and steps[1][0] > 0) == had_last, (steps, had_last)
+    assert got["pre_record"].get("restart_count", 0) == (not had_last)
 
 
 @pytest.mark.slow
