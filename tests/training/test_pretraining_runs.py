@@ -205,3 +205,15 @@ def test_a_pretraining_by_code_that_behaves_differently_is_not_reused_nor_resume
         (cwd / "results" / "runs" / f"{rec['run_id']}.json").unlink()
     refused = server.run(QUICK, cwd, env(cwd, data), check=False)
     assert refused.returncode == 2 and "self-pretraining" in refused.stderr and "behaves differently" in refused.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point,signal", [("step:9", "TERM"), ("val:10:1", "INT")])
+def test_a_graceful_stop_while_pretraining_resumes_exactly(server, data, uninterrupted, tmp_path, point, signal):
+    stopped = server.run([*RESUME, *kill_at(point, "pretrain")[:2], f"+callbacks.kill.signal={signal}",
+                          "+callbacks.kill.stage=pretrain"], tmp_path, env(tmp_path, data), check=False)
+    assert stopped.returncode == 130 and "self-pretraining stopped by" in stopped.stderr, stopped.stderr[-3000:]
+    (pre,) = records(tmp_path, "pretrain")
+    assert pre["status"] == "interrupted" and not records(tmp_path, "train")
+    server.run(RESUME, tmp_path, env(tmp_path, data))
+    assert_same(outcome(tmp_path), uninterrupted)
