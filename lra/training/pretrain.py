@@ -7,9 +7,10 @@
    its own record (``mode: pretrain``), ``run_key`` and checkpoint folder. It trains
    :class:`models.pretraining.MaskedLMModule` on the task's training split and ends by writing
    the encoder it carries (``encoder.pt``, the network's weights at the last step) next to its
-   checkpoints. It is found again by its identity: a finished one is reused (a sweep that
-   fine-tunes several times pretrains once), an unfinished one resumes from its ``last.ckpt``,
-   and two identical launches go through :func:`lra.training.resume.identical_run_lock`.
+   checkpoints. It is found again by its identity (and, as any run, only by code whose
+   behavioural fingerprint agrees): a finished one is reused (a sweep that fine-tunes several
+   times pretrains once), an unfinished one resumes from its ``last.ckpt``, and two identical
+   launches go through :func:`lra.training.resume.identical_run_lock`.
 2. Fine-tuning: the ordinary training run of the configured protocol (:mod:`lra.training.train`,
    started by ``run.py`` right after this stage), whose identity includes the ``pretrain``
    section, so the report never pools it with runs from scratch. At its first start (not on a
