@@ -4,6 +4,7 @@
     python run.py -m attention=softmax,linear task=listops,image # a sweep
     python run.py mode=bench attention=adamra                    # efficiency harness
     python run.py mode=report                                    # tables + plots from results/
+    python run.py mode=check attention=mine                      # the attention contract on one variant
     python run.py mode=fetch task=text                           # download + verify + prepare real data
     python run.py --help                                         # modes, presets, choices, first steps
 
@@ -49,6 +50,10 @@ def dispatch(cfg: DictConfig) -> Any:
         from lra.bench.cli import run_bench
 
         return run_bench(cfg)  # checks its own settings first (lra.bench.harness.check_settings)
+    if cfg.mode == "check":
+        from lra.checks.variant import run_check
+
+        return run_check(cfg)  # the attention contract on one variant; exit status 1 on a failed property
     if cfg.mode == "report":
         from lra.report.build import run_report
 
