@@ -14,6 +14,11 @@ from stage 3), the devices' (:mod:`lra.training.devices`), the report's, which n
 (:mod:`lra.report.arguments`, first thing in ``mode=report``), bench's protocol and lengths
 (:mod:`lra.bench.harness`).
 
+``python run.py mode=check attention=<name>`` is the check of a variant's code rather than of a run's
+settings: :mod:`~lra.checks.variant` runs the attention contract's properties
+(:mod:`~lra.checks.contract`, :mod:`~lra.checks.precision`; the contract tests call the same code) on
+one variant and prints a table.
+
 Layer: above ``training``, ``data`` and ``report``; only ``run.py`` imports it. Nothing here is imported
 by the package itself, so stage 1 and 2 import no torch.
 """
