@@ -36,6 +36,7 @@ from lra.badinput import UserError, exit_user_error
 from lra.checks.build import check_build
 from lra.checks.config import check_config
 from lra.checks.overrides import check_overrides
+from lra.checks.variant_settings import check_variant_settings
 
 log = logging.getLogger("run")
 
@@ -64,6 +65,8 @@ def dispatch(cfg: DictConfig) -> Any:
 def checked_dispatch(cfg: DictConfig) -> Any:
     """Check everything that can be checked without the data (stages 2 and 3 of lra.checks), then run."""
     check_config(cfg)
+    if cfg.mode in ("train", "test", "bench", "check"):
+        check_variant_settings(cfg)  # the attention's settings against its class's signature (torch)
     if cfg.mode in ("train", "test"):
         check_build(cfg)
     return dispatch(cfg)

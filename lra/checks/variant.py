@@ -125,7 +125,7 @@ def variant_of(cfg: DictConfig) -> NamedFactory:
 
     from attention.registry import CONF_DIR
 
-    name = str(cfg.get("attention_name") or "variant")
+    name = str(OmegaConf.select(cfg, "attention_name", throw_on_resolution_failure=False) or "variant")
     node = OmegaConf.to_container(cfg.attention, resolve=True)
     path = CONF_DIR / "attention" / f"{name}.yaml"
     defaults = OmegaConf.to_container(OmegaConf.load(path)) if path.is_file() else {}
