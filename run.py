@@ -131,6 +131,9 @@ def cli(argv: list[str] | None = None) -> None:
         return
     if "mode=fetch" in argv:
         return fetch_cli(argv)
+    from lra.training.quiet import quiet_third_party
+
+    quiet_third_party()  # known third-party noise, each with its reason; never the suite's own warnings
     try:
         check_overrides(argv, CONF_DIR)  # stage 1 of lra.checks
     except UserError as e:

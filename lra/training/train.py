@@ -7,7 +7,6 @@ import logging
 import os
 import socket
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,11 +186,7 @@ def _fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, s
     metrics: dict[str, Any] = {}
     if cfg.mode == "train":
         try:
-            with warnings.catch_warnings():
-                # Lightning cannot see that the training stream resumes exactly (StepStreamSampler
-                # starts at the restored step), and warns on every resume that it may not
-                warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable")
-                trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)  # its known noise: lra/training/quiet.py
         except (SIGTERMException, StopRequested):
             stop.requested = stop.requested or "SIGTERM"
         except SystemExit as e:  # Lightning turns a second Ctrl-C into exit(1) after its own clean-up
