@@ -57,3 +57,14 @@ def test_run_py_mode_check(cli) -> None:
     assert bad.returncode == 1, bad.stderr
     assert "attention=tests.planted_variants.IgnoresKeyMask" in bad.stdout
     assert "padding invariance (eval)       FAIL" in bad.stdout and "padding leaks" in bad.stdout
+
+
+@pytest.mark.slow  # 28 configs, about 6 s
+def test_every_shipped_config_passes_the_check():
+    """The check holds a variant to what the suite holds every config to: all of them pass it
+    (the compiled step apart: tests/attention/test_graph_safe.py compiles every config)."""
+    from attention.registry import variant_names
+
+    failed = {n: [o.prop for o in run_properties(NamedFactory(n, factory(n, small=True), factory(n)), compile=False)
+                  if o.problem] for n in variant_names()}
+    assert {n: f for n, f in failed.items() if f} == {}
