@@ -18,6 +18,10 @@ is neutral, so a new logger, output or report setting can never make the same ex
   experiment and the protocol: a run differing from its protocol's runs here is a custom run.
 
 :func:`run_key` is the resume key: its hash must not change for existing configs (tests pin it).
+What the code does is part of the experiment too: runs of one key are the same experiment only when
+their behavioural fingerprints agree (:func:`behaviour_difference`; measured by
+:mod:`lra.training.fingerprint`), so an edited variant is a new experiment and a refactor that keeps
+every number is not.
 No torch, no omegaconf at import: the report imports this module too.
 """
 from __future__ import annotations
@@ -150,3 +154,28 @@ def is_neutral_override(override: str) -> bool:
     if key in SELECTORS:
         return True
     return setting_class(key.replace("/", ".")) in (NEUTRAL, EXECUTION)
+
+
+# Behavioural fingerprints agree when every stored number does within float tolerance: a thread
+# count or a fused kernel moves float32 values by about 1e-7 relative; a changed mask, sign or scale
+# moves the losses and logits by 1e-3 or more.
+BEHAVIOUR_RTOL, BEHAVIOUR_ATOL = 1e-4, 1e-5
+
+
+def behaviour_difference(one: Mapping[str, Any] | None, other: Mapping[str, Any] | None) -> str | None:
+    """None when two behavioural fingerprints agree, else the first difference in words
+    ('training loss of step 1: 2.20 against 2.31', ``one``'s value first). A missing fingerprint (a
+    record from before them) is not a difference: nothing says it differs."""
+    if not one or not other:
+        return None
+    if one.get("version") != other.get("version"):
+        return f"fingerprint version {one.get('version')} against {other.get('version')}"
+    for field, what in (("losses", "training loss"), ("logits", "logit")):
+        a, b = list(one.get(field) or []), list(other.get(field) or [])
+        if len(a) != len(b):
+            return f"{len(a)} against {len(b)} {what}s"
+        for i, (x, y) in enumerate(zip(a, b)):
+            if not abs(x - y) <= BEHAVIOUR_ATOL + BEHAVIOUR_RTOL * max(abs(x), abs(y)):
+                where = f"of step {i + 1}" if field == "losses" else f"{i}"
+                return f"{what} {where}: {x:.6g} against {y:.6g}"
+    return None

@@ -1,4 +1,5 @@
-"""Run records: one JSON file per run under ``<results_dir>/runs/``, the only input of the report.
+"""Run records: one JSON file per run under ``<results_dir>/runs/``, the report's input (with, for
+ListOps, the folder's test-set descriptions under ``testsets/``, :func:`write_description`).
 
 A record is created when a run starts (status ``running``) and rewritten atomically as the run
 progresses; its file name holds a unique run id, and the first write refuses to replace an
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from lra.files import write_bytes, write_json
+from lra.files import write_bytes, write_json, write_text
 from lra.files import ensure_writable
 from lra.stamp import stamp
 
@@ -177,3 +178,40 @@ def load_records(results_dir: str | Path) -> tuple[list[dict[str, Any]], list[st
         except (OSError, ValueError) as e:
             problems.append(f"{path.name}: skipped malformed record ({e})")
     return records, problems
+
+
+# ----------------------------------------------------------------------------- test-set descriptions
+TEST_SETS = "testsets"  # <results_dir>/testsets/<task>-<data fingerprint>.json
+
+
+def description_file(results_dir: str | Path, task: str, data_fingerprint: str) -> Path:
+    """Where a results folder keeps the description of one task's test set, named by the fingerprint
+    of the data cache it was read from (the ``data_fingerprint`` runs record)."""
+    return Path(results_dir) / TEST_SETS / f"{task}-{data_fingerprint}.json"
+
+
+def write_description(results_dir: str | Path, description: dict[str, Any]) -> Path:
+    """Write a test-set description (per test example, in split order, what the prediction files do
+    not hold: for ListOps the outermost operator and depth; see :mod:`lra.data.describe`). One key a
+    line, keys in the given order: the same description always gives the same bytes."""
+    path = description_file(results_dir, str(description["task"]), str(description["data_fingerprint"]))
+    lines = [f"  {json.dumps(k)}: {json.dumps(v, sort_keys=True)}" for k, v in description.items()]
+    write_text(path, "{\n" + ",\n".join(lines) + "\n}\n")
+    return path
+
+
+def load_descriptions(results_dir: str | Path, task: str) -> tuple[list[tuple[str, dict[str, Any]]], list[str]]:
+    """The task's test-set descriptions of a results folder, as (file name, content) in name order, and
+    a message per unreadable file (named): the report says what it could not use."""
+    found, problems = [], []
+    for path in sorted((Path(results_dir) / TEST_SETS).glob(f"{task}-*.json")):
+        try:
+            content = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            problems.append(f"{TEST_SETS}/{path.name}: unreadable ({e})")
+            continue
+        if not isinstance(content, dict):
+            problems.append(f"{TEST_SETS}/{path.name}: not a JSON object")
+            continue
+        found.append((path.name, content))
+    return found, problems

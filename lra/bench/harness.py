@@ -36,9 +36,14 @@ Choices, written down:
   subprocess, so no measurement inherits allocator state or a high-water mark from another; with
   ``isolate=false`` measurements share this process (baseline subtracted, but memory the allocator
   kept from an earlier measurement can hide part of a later one's peak).
-* Dispatches: one more step, profiled after the timed ones, counts the operators it dispatches
-  (``dispatches``: aten leaf calls; kernel launches on CUDA). At small sizes on a GPU a step costs
-  what its operator calls cost, so this says why a variant is slower than its arithmetic.
+* Dispatches: one more step, profiled after the timed ones, counts what a GPU step would launch
+  (``dispatches``, :func:`count_dispatches`): the outermost aten operators of one training step on
+  the accelerator path (:func:`attention.graph_safe.accelerator_branches`, and a foreach AdamW, as
+  on CUDA), at the protocol's batch; on CUDA also the runtime's kernel launches; compiled
+  (``bench.compile``), also the kernels Inductor generated. At small sizes on a GPU a step costs what
+  its operator calls cost (the H200 records fit 1.6 ms + 29 us per operator), so this says why a
+  variant is slower than its arithmetic, on any machine. ``python -m lra.bench --protocol
+  dispatches`` prints them for every variant beside linear attention's (:mod:`lra.bench.dispatches`).
 * A measurement that fails (out of memory, a variant error, timeout) is recorded with its status
   and the others go on; the record is ``failed`` only when every measurement failed.
 """
@@ -233,11 +238,15 @@ def _maybe_compile(model: torch.nn.Module, spec: dict[str, Any]) -> None:
         model.compile(fullgraph=True, dynamic=False)
 
 
-def _train_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[], None], torch.nn.Module]:
+Step = Callable[[], None]
+
+
+def _train_step(spec: dict[str, Any], device: torch.device) -> tuple[Step, torch.nn.Module, Callable[[], Step]]:
+    """The timed step, its model, and a maker of the counted step: the same step with a foreach
+    AdamW of its own (what CUDA runs; CPU's default loops over the parameters)."""
     from hydra.utils import instantiate
 
     model = instantiate(spec["model"], mixer=instantiate(spec["attention"])).to(device).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=spec["lr"])
     b, n, m = spec["batch_size"], spec["length"], spec["model"]
     shape = (b, 2, n) if m.get("dual") else (b, n)
     ids = torch.randint(1, max(2, m["vocab_size"]), shape, device=device)
@@ -245,17 +254,20 @@ def _train_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[]
     labels = torch.randint(0, m["num_classes"], (b,), device=device)
     _maybe_compile(model, spec)
 
-    def step() -> None:
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(ids, mask, padded=False), labels)  # stated, as LRAModule does
-        aux = model.pop_aux_loss()
-        (loss if aux is None else loss + aux).backward()
-        opt.step()
+    def step_with(opt: torch.optim.Optimizer) -> Step:
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(ids, mask, padded=False), labels)  # stated, as LRAModule does
+            aux = model.pop_aux_loss()
+            (loss if aux is None else loss + aux).backward()
+            opt.step()
+        return step
 
-    return step, model
+    timed = step_with(torch.optim.AdamW(model.parameters(), lr=spec["lr"]))
+    return timed, model, lambda: step_with(torch.optim.AdamW(model.parameters(), lr=spec["lr"], foreach=True))
 
 
-def _block_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[], None], torch.nn.Module]:
+def _block_step(spec: dict[str, Any], device: torch.device) -> tuple[Step, torch.nn.Module, Callable[[], Step]]:
     from hydra.utils import instantiate
 
     from attention.base import Mixer
@@ -281,7 +293,7 @@ def _block_step(spec: dict[str, Any], device: torch.device) -> tuple[Callable[[]
                 mx.aux_loss = None
         loss.backward()
 
-    return step, block
+    return step, block, lambda: step  # no optimiser: the counted step is the timed one
 
 
 def _preload(spec: dict[str, Any], device: torch.device) -> None:
@@ -312,7 +324,8 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
         gc.collect()
         baseline = meter.current_mb() - meter.file_mb()
         torch.manual_seed(spec.get("seed", 0))
-        step, model = (_train_step if spec["kind"] == "train_step" else _block_step)(spec, device)
+        step, model, counted = build_step(spec, device)
+        kernels_before = _inductor_kernels()
         for i in range(spec["warmup"]):
             t0 = time.perf_counter()
             step()
@@ -329,7 +342,9 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             times.append(time.perf_counter() - t0)
         peak = meter.peak_mb() - meter.file_mb()
         try:   # a diagnostic: a profiler that fails must not cost the measurement
-            dispatches: dict[str, Any] = count_dispatches(step, device)
+            dispatches: dict[str, Any] = count_dispatches(counted(), device, spec["batch_size"])
+            if spec.get("compile"):
+                dispatches["compiled_kernels"] = _inductor_kernels() - kernels_before
         except Exception as e:
             dispatches = {"error": f"{type(e).__name__}: {e}"[:200]}
     except (torch.OutOfMemoryError, MemoryError) as e:
@@ -346,23 +361,53 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def count_dispatches(step: Callable[[], None], device: torch.device) -> dict[str, int]:
-    """Operator calls of one more step, profiled after the timed ones (so no timed step pays for the
-    profiler): what makes a small step slower than its arithmetic. ``aten_leaf_calls``: aten operators
-    that call no other aten operator, i.e. one dispatch each (views included, which launch nothing);
-    on CUDA also ``kernel_launches``, the runtime's launch calls. A compiled step dispatches fewer."""
+def build_step(spec: dict[str, Any], device: torch.device) -> tuple[Step, torch.nn.Module, Callable[[], Step]]:
+    """The protocol's step for ``spec``: (timed step, model, maker of the counted step)."""
+    return (_train_step if spec["kind"] == "train_step" else _block_step)(spec, device)
+
+
+def _inductor_kernels() -> int:
+    """Kernels Inductor has generated in this process so far (0 before any compile)."""
+    metrics = sys.modules.get("torch._inductor.metrics")
+    return int(getattr(metrics, "generated_kernel_count", 0)) if metrics is not None else 0
+
+
+COUNTED = ("outermost aten operators of one training step on the accelerator path (accelerator_branches, "
+           "foreach AdamW), batch {batch}, after one warm-up step of the same kind")
+
+
+def count_dispatches(step: Step, device: torch.device, batch: int) -> dict[str, Any]:
+    """What one step launches on a GPU, counted on any device: the aten operators called by no other
+    aten operator (each one dispatch from Python or the autograd engine; views count, though they
+    launch nothing), under :func:`attention.graph_safe.accelerator_branches` so a CPU-only shortcut
+    is not taken. ``step`` runs twice: once to create the optimiser's state, once profiled. On CUDA
+    also ``kernel_launches``, the runtime's launch calls."""
     from torch.profiler import ProfilerActivity, profile
 
+    from attention.graph_safe import accelerator_branches
+
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as prof:
+    with accelerator_branches():
         step()
         _sync(device)
+        with profile(activities=activities) as prof:
+            step()
+            _sync(device)
     events = prof.events()
-    aten = [e for e in events if e.name.startswith("aten::")]
-    counts = {"aten_leaf_calls": sum(1 for e in aten if not any(c.name.startswith("aten::") for c in e.cpu_children))}
+    counts: dict[str, Any] = {"outermost_aten_ops": sum(1 for e in events if e.name.startswith("aten::") and not _under_aten(e)),
+                              "counted": COUNTED.format(batch=batch)}
     if device.type == "cuda":
         counts["kernel_launches"] = sum(1 for e in events if "LaunchKernel" in e.name)
     return counts
+
+
+def _under_aten(event: Any) -> bool:
+    parent = event.cpu_parent
+    while parent is not None:
+        if parent.name.startswith("aten::"):
+            return True
+        parent = parent.cpu_parent
+    return False
 
 
 # glibc hands every allocation over 32 MB a fresh mmap and returns it at free, so at 4K tokens each

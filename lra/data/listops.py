@@ -100,6 +100,30 @@ def evaluate(source: str) -> int:
     return result
 
 
+def outer_operator(source: str) -> str:
+    """The root's operator without its bracket (``MAX``, ``MED``, ``MIN``, ``SM``): the first operator in
+    reading order, since every other one sits inside its brackets. A bare digit has none: ``ValueError``."""
+    for tok in source.replace("(", " ").replace(")", " ").split():
+        if tok in OPERATORS:
+            return tok[1:]
+        if tok.isdigit():
+            break
+    raise ValueError(f"no outermost operator in ListOps expression {source[:60]!r}")
+
+
+def operator_depth(source: str) -> int:
+    """Operators on the longest root-to-leaf path (``[MAX 1 2 ]``: 1; a bare digit: 0). The generator puts
+    operators at depth < ``max_depth`` only, so at its default (10) this is at most 9."""
+    depth = deepest = 0
+    for tok in source.replace("(", " ").replace(")", " ").split():
+        if tok in OPERATORS:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif tok == END:
+            depth -= 1
+    return deepest
+
+
 # ----------------------------------------------------------------------------- generator
 class _TooLong(Exception):
     pass

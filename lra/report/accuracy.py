@@ -140,7 +140,8 @@ def accuracy_table(group: AccuracyGroup, metric: str, family: list[ComparisonRow
         f"{group.file_name('cells')}.",
     ]
     if mixed:
-        table.notes.append("(k commits): the cell pools runs of one configuration made by k code versions.")
+        table.notes.append("(k commits): the cell's runs ran on k code versions (every stretch between resumes "
+                           "counted; +hash: uncommitted edits), whose behavioural fingerprints agree.")
     if group.custom:
         table.notes.append("Runs whose command line overrode protocol-defining settings, or whose configuration differs "
                            "from the protocol row's (listed per row with its config hash; lra/report/cells.py): "
@@ -183,7 +184,9 @@ def cells_table(group: AccuracyGroup, metric: str) -> Table:
     table.notes += [
         "config = SHA-1 of the run's experiment identity without its seed (lra.identity.identity applied to the "
         "record's config: the resume key's definition); runs pool only when it is equal.",
-        "commits = the code versions (git) that made the runs; test examples = size of the test set of the prediction files."
+        "commits = the code versions (git; +hash: with uncommitted edits) that every stretch of the runs ran on, "
+        "pooled only where the runs' behavioural fingerprints agree; test examples = size of the test set of the "
+        "prediction files."
         + (" @N = step of the best validation (metrics.best_val_step)." if metric == "best_val_acc" else ""),
     ]
     return table
@@ -292,6 +295,17 @@ def _floor(cell: ExperimentCell, metric: str) -> float:
     return stats.spread_floor(sizes.pop()) if len(sizes) == 1 and None not in sizes else 0.0
 
 
+def avg_interval(group: AccuracyGroup, key: Any, metric: str) -> tuple[float, float, float] | None:
+    """A row's Avg over the group's tasks with its 95% interval (the stratified t-interval, sd floored
+    at one example per task), or None where a task is missing or has fewer than MIN_SEEDS seeds: the
+    across table's figure, which the bubble chart draws as its error bar."""
+    per = group.rows.get(key, {})
+    if any(t not in per or per[t].n < stats.MIN_SEEDS for t in group.tasks) or not group.tasks:
+        return None
+    values = [per[t].values(metric) for t in group.tasks]
+    return stats.stratified_t_interval(values, [_floor(per[t], metric) for t in group.tasks])
+
+
 def across_table(group: AccuracyGroup, metric: str) -> Table:
     """Avg with its stratified t-interval, P(row > softmax) and convergence failures."""
     name = group.file_name("across")
@@ -306,7 +320,7 @@ def across_table(group: AccuracyGroup, metric: str) -> Table:
         avg = TableCell(MISSING, data={"avg": None, "avg_low": None, "avg_high": None})
         if row_tasks == tasks:
             if replicated:
-                mean, lo, hi = stats.stratified_t_interval(values, [_floor(per[t], metric) for t in row_tasks])
+                mean, lo, hi = avg_interval(group, key, metric)
                 avg = TableCell(f"{mean:.2f} {fmt_ci(lo, hi)}", mean, data={"avg": mean, "avg_low": lo, "avg_high": hi})
             else:
                 mean = statistics.fmean(statistics.fmean(v) for v in values)
@@ -335,7 +349,8 @@ def across_table(group: AccuracyGroup, metric: str) -> Table:
         + ("" if tasks == list(ref.LRA_TASKS) else ": not the five-task LRA average")
         + f"; its interval needs ≥ {stats.MIN_SEEDS} seeds in every task: mean ± t_dof · √(Σ s_k²/n_k) / K over the K "
         "tasks, s_k each task's sd over seeds (floored at one example where the set size is known), dof by "
-        "Welch-Satterthwaite; with one task, the cell's t-interval. Its coverage in simulation: 94.5-95.7% at 3 or 5 seeds "
+        "Welch-Satterthwaite; with one task, the cell's t-interval with its sd floored at one example (wider than the "
+        "cell's interval where the seeds differ by less than one example). Its coverage in simulation: 94.5-95.7% at 3 or 5 seeds "
         "per task (the stratified percentile bootstrap used before: 74-87%).",
         "P(> softmax) = probability of improvement (rliable, Agarwal et al. 2021): over the tasks both rows ran, the "
         "mean of P(a seed of this row scores above a seed of softmax), ties 1/2; 0.5 = no difference. A description, "

@@ -14,7 +14,9 @@ Rules, written down:
   cells the mean and worst-row total variation at the largest length where the matrix was read.
 * The Pareto plot: the budget sweep's error against the bench harness's block step time at the same
   N (measured by the protocol for every budget point), one curve per variant, its default point
-  circled; the black line is the front (no point is both faster and more accurate).
+  circled; the black line is the front (no point is both faster and more accurate). Both plots are
+  small multiples, one panel per attention family on shared axes (the front over every variant in
+  each), so that no panel holds more series than a reader can tell apart.
 """
 from __future__ import annotations
 
@@ -181,33 +183,50 @@ def sweep_csv(runs: list[dict]) -> str:
     return buf.getvalue()
 
 
-def error_vs_n_plot(runs: list[dict], kind: str, palette: Any) -> bytes:
-    from lra.report.plots import plt
+def _families(runs: list[dict]) -> dict[str, list[dict]]:
+    """The records by attention family (one small-multiple panel each), in report order."""
+    from lra.report.palette import family
 
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    out: dict[str, list[dict]] = {}
     for rec in runs:
-        pts = sorted((p for p in _points(rec, kind) if p["default"] and p["status"] == "ok"), key=lambda p: p["n"])
-        if not pts:
-            continue
-        style = palette.style(rec["attention"])
-        ax.errorbar([p["n"] for p in pts], [max(FLOOR, p["rel_error"]["mean"]) for p in pts],
-                    yerr=[p["rel_error"]["sd"] for p in pts], label=rec["attention"], capsize=2, **style)
-    ax.set_xscale("log", base=2)
-    return _finish(fig, ax, "sequence length N",
-                   f"Approximation error at the default budget, input {kind} (bars: sd over draws; ")
+        out.setdefault(family(rec["attention"]), []).append(rec)
+    return out
 
 
-def _finish(fig: Any, ax: Any, xlabel: str, title: str) -> bytes:
-    """The error axis (log, floored), labels, grid and legend both plots share; the PNG."""
+def _panels(runs: list[dict], title: str, xlabel: str) -> tuple[Any, dict[str, Any]]:
+    from lra.report.plots import small_multiples
+
+    fams = _families(runs)
+    return small_multiples({f: [r["attention"] for r in rs] for f, rs in fams.items()}, title, xlabel,
+                           "relative output error vs exact softmax")
+
+
+def _finish(fig: Any, panels: dict[str, Any], log_x: int | None) -> bytes:
+    """The shared error axis (log, floored), a legend in every panel that has lines; the PNG."""
     from lra.report.plots import _png
 
-    ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("relative output error vs exact softmax")
-    ax.set_title(f"{title}errors below {FLOOR:g} drawn at {FLOOR:g})", fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6, ncol=2, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    for ax in panels.values():
+        ax.set_yscale("log")
+        if log_x:
+            ax.set_xscale("log", base=log_x)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6, loc="best")
     return _png(fig)
+
+
+def error_vs_n_plot(runs: list[dict], kind: str, palette: Any) -> bytes:
+    """Error at the default budget against N, one panel per family (26 curves in one panel cannot be
+    told apart); bars are the sd over draws; errors below FLOOR are drawn at FLOOR (said in report.md)."""
+    fig, panels = _panels(runs, f"Approximation error at the default budget, input {kind}", "sequence length N")
+    for fam, recs in _families(runs).items():
+        for rec in recs:
+            pts = sorted((p for p in _points(rec, kind) if p["default"] and p["status"] == "ok"), key=lambda p: p["n"])
+            if not pts:
+                continue
+            panels[fam].errorbar([p["n"] for p in pts], [max(FLOOR, p["rel_error"]["mean"]) for p in pts],
+                                 yerr=[p["rel_error"]["sd"] for p in pts], label=rec["attention"], capsize=2,
+                                 markersize=4, **palette.style(rec["attention"]))
+    return _finish(fig, panels, 2)
 
 
 def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -221,42 +240,44 @@ def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]
 
 
 def pareto_plot(runs: list[dict], kind: str, n: int, palette: Any) -> bytes | None:
-    from lra.report.plots import plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    every = []
+    """Error against block step time over each variant's budget sweep, one panel per family with the
+    front over every variant drawn in each (black), the default point circled, bars the sd over draws."""
+    sweeps = {}
     for rec in runs:
         pts = [p for p in _points(rec, kind) if p["n"] == n and p["status"] == "ok"
                and (p.get("time") or {}).get("status") == "ok"]
-        if not pts:
-            continue
-        pts.sort(key=lambda p: p["time"]["ms"])
-        style = palette.style(rec["attention"])
-        xs, ys = [p["time"]["ms"] for p in pts], [max(FLOOR, p["rel_error"]["mean"]) for p in pts]
-        ax.plot(xs, ys, label=rec["attention"], markersize=4, **style)
-        for p, x, y in zip(pts, xs, ys):
-            if p["default"]:
-                ax.scatter([x], [y], s=80, facecolors="none", edgecolors=style["color"])
-        every += list(zip(xs, ys))
-    if not every:
-        plt.close(fig)
+        if pts:
+            sweeps[rec["attention"]] = sorted(pts, key=lambda p: p["time"]["ms"])
+    if not sweeps:
         return None
+    drawn = [r for r in runs if r["attention"] in sweeps]
+    fig, panels = _panels(drawn, f"Error against step time over each budget sweep, input {kind}, N={n}",
+                          f"block step time at N={n} (ms; fwd+bwd of one encoder block, batch 1, float32)")
+    every = [(p["time"]["ms"], max(FLOOR, p["rel_error"]["mean"])) for pts in sweeps.values() for p in pts]
     front = pareto_front(every)
-    ax.step([f[0] for f in front], [f[1] for f in front], where="post", color="black", lw=1.2, label="Pareto front")
-    ax.set_xscale("log")
-    return _finish(fig, ax, f"block step time at N={n} (ms; fwd+bwd of one encoder block, batch 1, float32)",
-                   f"Error against step time over each variant's budget sweep, input {kind}, N={n} (circle: default; ")
+    for fam, recs in _families(drawn).items():
+        ax = panels[fam]
+        ax.step([f[0] for f in front], [f[1] for f in front], where="post", color="black", lw=1.0, label="front (all)")
+        for rec in recs:
+            pts = sweeps[rec["attention"]]
+            style = palette.style(rec["attention"])
+            xs, ys = [p["time"]["ms"] for p in pts], [max(FLOOR, p["rel_error"]["mean"]) for p in pts]
+            ax.errorbar(xs, ys, yerr=[p["rel_error"].get("sd") or 0.0 for p in pts], label=rec["attention"],
+                        markersize=4, capsize=2, **style)
+            for p, x, y in zip(pts, xs, ys):
+                if p["default"]:
+                    ax.scatter([x], [y], s=70, facecolors="none", edgecolors=style["color"])
+    return _finish(fig, panels, 10)
 
 
 def approximation_section(runs: list[dict], palette: Any = None) -> tuple[list[Table], dict[str, bytes], dict[str, str]]:
     """Tables (one per input kind), plots (error vs N per input kind, Pareto per input kind and N)
     and extra files (the full sweep as CSV)."""
-    from lra.report.plots import Palette
+    from lra.report.palette import Palette
 
     if not runs:
         return [], {}, {}
-    if palette is None or any(r["attention"] not in palette.index for r in runs):  # a colour per variant
-        palette = Palette([r["attention"] for r in runs])
+    palette = palette or Palette()
     settings = runs[0]["approximation"]["settings"]
     lengths = sorted({p["n"] for r in runs for p in r["approximation"]["points"]})
     kinds = [k for k in settings.get("inputs", []) if any(_points(r, k) for r in runs)]

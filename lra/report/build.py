@@ -32,14 +32,15 @@ from typing import Any
 from lra.files import write_bytes, write_text
 from lra.report import reference as ref
 from lra.report import stats
-from lra.report.accuracy import (across_table, accuracy_table, cells_table, exploratory_table, run_pairs_table,
-                                 significance_table)
+from lra.report.accuracy import (across_table, accuracy_table, avg_interval, cells_table, exploratory_table,
+                                 run_pairs_table, significance_table)
 from lra.report.arguments import check_compare_shape, check_metric, check_report_config
 from lra.report.cells import AccuracyGroup, accuracy_groups, order, row_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, declared_family, exploratory, run_pairs
+from lra.report.diagnostics import diagnostics_section
 from lra.report.efficiency import (MIN_FIT_MB, accuracy_label, accuracy_models, accuracy_variants, backbone_conflict,
-                                   bench_groups, efficiency_reference_table, efficiency_table, model_sizes, ok_results, power_fits,
-                                   smat_reference_table, smat_table, training_points)
+                                   bench_groups, efficiency_reference_table, efficiency_table, model_sizes, ok_results,
+                                   power_fits, smat_reference_table, smat_table, training_points)
 from lra.report.approximation import admit, approximation_section
 from lra.report.lengths import curves, length_data
 from lra.report.screening import KINDS, NOT_FINISHED, NOT_USED, Exclusion, Ledger, screen
@@ -85,12 +86,12 @@ def _accuracy_section(groups: list[AccuracyGroup], metric: str, pair: tuple[str,
             if found is not None and palette is not None:
                 plots[f"plots/{lt.name}.png"] = length_plot(
                     labels, {row_text(k): b for k, b in data.items()},
-                    f"{task}: test accuracy by real length, {g.where} (95% interval over seeds and examples)", styles)
+                    f"{task}: test accuracy by real length, {g.where}", styles)
             series = curves(g, task) if palette is not None else None
             if series:
                 plots[f"plots/{g.file_name('curves')}_{slug(task)}.png"] = curve_plot(
                     {row_text(k): v for k, v in series.items()}, styles=styles,
-                    title=f"{task}: validation accuracy, {g.where} (band: min-max over seeds)")
+                    title=f"{task}: validation accuracy, {g.where}")
     notices = []
     if pair is not None and not pair_found:
         notices.append(f"report.compare=[{pair[0]},{pair[1]}]: no accuracy table holds both variants on one task "
@@ -120,8 +121,18 @@ def smat_notices(benches: list, smats_scored: bool, averages: dict[str, dict[str
     return notices
 
 
+def _bubble_intervals(points: list[TradeoffPoint], group: AccuracyGroup | None, metric: str) -> dict[str, tuple[float, float]]:
+    """The 95% interval of each bubble's accuracy: its row's Avg interval in ``group`` (the across table's)."""
+    found = {}
+    for name, *_ in points if group is not None else []:
+        got = avg_interval(group, (name, ()), metric)
+        if got is not None:
+            found[name] = got[1:]
+    return found
+
+
 def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str, tuple[float, list[str]]]],
-                        groups: list[AccuracyGroup], smat_protocol: str, palette: Any
+                        groups: list[AccuracyGroup], smat_protocol: str, palette: Any, metric: str = "test_acc"
                         ) -> tuple[list[Table], dict[str, bytes], str | None, list[str]]:
     from lra.report.plots import bubble_chart, scaling_plot
 
@@ -135,12 +146,12 @@ def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str
             ordered = sorted(g.members, key=order)
             series = {a: [(n, r["ms"], r["peak_mb"]) for n, r in sorted(ok_results(g.members[a]).items())] for a in ordered}
             plots[f"plots/scaling_{g.name}.png"] = scaling_plot(
-                series, f"{g.title}: log-log", fits={a: power_fits(ok_results(g.members[a])) for a in ordered},
+                series, f"Time and memory against sequence length, {g.protocol}, {g.device}, batch {g.batch} (log-log)", fits={a: power_fits(ok_results(g.members[a])) for a in ordered},
                 min_mb=MIN_FIT_MB, palette=palette)
     if any(g.protocol == "table2" for g in benches):
         tables.append(efficiency_reference_table())
     points: list[TradeoffPoint] = []
-    title, ylabel = "this suite", "accuracy (%)"
+    title, ylabel, drawn = "this suite", "accuracy (%)", smat_protocol
     smat_avgs = averages.get(smat_protocol, {})
     smats = [g for g in benches if g.protocol == "smat"]
     acc_group = next((g for g in groups if g.protocol == smat_protocol and not g.custom), None)
@@ -165,14 +176,17 @@ def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str
             avgs = averages.get(protocol, {})
             pts, t_title = training_points(by_protocol[protocol], avgs)
             if pts and t_title:
-                points, title = pts, t_title
+                points, title, drawn = pts, t_title, protocol
                 ylabel = accuracy_label(next(iter(avgs.values()))[1], protocol)
                 break
     refs: list[TradeoffPoint] = [(m, s, mb, a) for m, (s, mb, a, _) in ref.ADAMRA_TABLE3.items()]
     if palette is None:
         return tables, plots, (title if points else None), notices
     colours = {p[0]: palette.style(p[0])["color"] for p in points}
-    plots["plots/bubble.png"] = bubble_chart(points, refs, title, ref.TABLE3_SOURCE, ylabel, colours)
+    plots["plots/bubble.png"] = bubble_chart(points, refs, "this suite", ref.TABLE3_SOURCE, ylabel, colours,
+                                             intervals=_bubble_intervals(points, next(
+                                                 (g for g in groups if g.protocol == drawn and not g.custom), None), metric),
+                                             variants=ref.VARIANT)
     return tables, plots, (title if points else None), notices
 
 
@@ -243,6 +257,8 @@ RULES = [
 
 def _markdown(ledger: Ledger, notices: list[str], tables: list[Table], plots: dict[str, bytes], has_bench: bool,
               bubble_runs: str | None) -> str:
+    from lra.report.plots import caption
+
     counts = ", ".join(f"{ledger.count(k)} {k}" for k in KINDS)
     out = ["# LRA benchmark report", "",
            f"Built from {ledger.files} record file(s) under `runs/`: {ledger.used} used, {len(ledger.excluded)} excluded "
@@ -250,14 +266,17 @@ def _markdown(ledger: Ledger, notices: list[str], tables: list[Table], plots: di
            "report.", ""]
     out += [f"- {n}" for n in notices] + ([""] if notices else [])
     out += excluded_section(ledger)
-    out += ["## How to read the statistics", ""] + [f"- {r}" for r in RULES] + [""]
+    out += ["How to read the statistics: at the end of this page (every rule, with its tests: docs/report.md).", ""]
     if not has_bench:
         out += ["No finished bench records: run `python run.py -m mode=bench attention=...` for the efficiency tables.", ""]
     for t in tables:
         out += [f"## {t.title}", "", t.markdown(), ""] + [f"- {n}" for n in t.notes] + ["",
-                f"Files: `tables/{t.name}.csv`, `tables/{t.name}.tex`", ""]
+                f"Files: `tables/{t.name}.csv`, `tables/{t.name}.tex`"
+                + (f" (notes: `tables/{t.name}.notes.tex`)" if t.notes else ""), ""]
     out += ["## Plots", "", f"Bubble chart, left panel: {bubble_runs or 'empty (no variant with both accuracy and efficiency figures)'}.", ""]
-    out += [f"![{Path(p).stem}]({p})" for p in sorted(plots)] + [""]
+    for p in sorted(plots):
+        out += [f"![{Path(p).stem}]({p})", ""] + ([caption(p), ""] if caption(p) else [])
+    out += ["## How to read the statistics", ""] + [f"- {r}" for r in RULES] + [""]
     return "\n".join(out)
 
 
@@ -269,6 +288,7 @@ def build_report(results_dir: str | Path, *, metric: str = "test_acc", smat_prot
     tables, ledger, plots, notices, has_bench, bubble, extra_files = build_tables(
         results_dir, metric=metric, smat_protocol=smat_protocol, compare=compare)
     files = {f"tables/{t.name}.{ext}": (t.csv() if ext == "csv" else t.latex()) for t in tables for ext in ("csv", "tex")}
+    files.update({f"tables/{t.name}.notes.tex": t.latex_notes() for t in tables if t.notes})
     files.update(extra_files)
     files["excluded.csv"] = excluded_csv(ledger)
     md = _markdown(ledger, notices, tables, plots, has_bench, bubble)
@@ -281,16 +301,19 @@ def build_tables(results_dir: str | Path, *, metric: str = "test_acc", smat_prot
     """The report's table models (each rendered as Markdown, CSV and LaTeX), its ledger, plots
     (none with ``plots=False``: the tables alone, for checks), notices, whether any bench record
     exists, the bubble chart's panel title and extra files (the approximation sweep's CSV)."""
-    from lra.report.plots import Palette
+    from lra.report.palette import Palette
 
     metric = check_metric(metric)
     pair = check_compare_shape(compare)
     runs, ledger = screen(results_dir, metric)
     groups = accuracy_groups(runs, ledger)
-    palette = Palette(sorted({str(r.rec["attention"]) for r in runs}, key=order)) if plots else None
+    palette = Palette() if plots else None
     tables, pngs, averages, notices = _accuracy_section(groups, metric, pair, palette)
+    diagnostics, diagnostics_notices = diagnostics_section(groups, results_dir)   # ListOps: lra/report/diagnostics.py
+    tables, notices = tables + diagnostics, notices + diagnostics_notices
     placed = {r.run_id for g in groups for r in g.runs()}
-    eff_tables, eff_plots, bubble, smat_lines = _efficiency_section(runs, ledger, averages, groups, smat_protocol, palette)
+    eff_tables, eff_plots, bubble, smat_lines = _efficiency_section(runs, ledger, averages, groups, smat_protocol, palette,
+                                                                    metric)
     notices += smat_lines
     tables += eff_tables
     pngs.update(eff_plots)
@@ -307,7 +330,7 @@ def build_tables(results_dir: str | Path, *, metric: str = "test_acc", smat_prot
 
 def _clean(out: Path) -> None:
     """Remove the files a previous report wrote (and nothing else), so stale tables do not linger."""
-    for sub, pattern in (("tables", r"^(accuracy|cells|across|significance|compare|runpairs|length|efficiency|smat|approximation)[\w.-]*\.(csv|tex)$"),
+    for sub, pattern in (("tables", r"^(accuracy|cells|across|significance|compare|runpairs|length|efficiency|smat|approximation|diagnostics)[\w.-]*\.(csv|tex)$"),
                          ("plots", r"^(bubble|scaling|length|curves|approximation)[\w.-]*\.png$")):
         for f in sorted((out / sub).glob("*")) if (out / sub).is_dir() else []:
             if re.match(pattern, f.name):

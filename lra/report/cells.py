@@ -10,10 +10,13 @@ the SHA-1 of that seedless identity.
 
 Rules, written down:
 
-* Runs pool into one cell only when their seedless identities are equal AND their test sets are
+* Runs pool into one cell only when their seedless identities are equal, their test sets are
   (the label/length fingerprint of the prediction files; a run without one joins its identity's
-  most common test set). The cell lists its seeds, config hash, commits (a cell mixing commits says
-  so) and number of test examples.
+  most common test set), AND their code behaves alike: their behavioural fingerprints agree
+  (:func:`lra.identity.behaviour_difference`; runs are taken oldest first, each joins the first
+  group whose first run it agrees with; a record from before fingerprints joins the largest). The
+  cell lists its seeds, config hash, the commits of every stretch of its runs (a cell mixing
+  commits says so) and number of test examples.
 * Rows of a table: (attention, protocol-defining command-line overrides) (:mod:`lra.report.protocols`).
 * The protocol's reference, per protocol and task, from the runs without protocol-defining
   overrides: the protocol-defining settings (:func:`lra.identity.protocol_settings`: task, model,
@@ -33,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from lra.identity import config_hash, protocol_settings, seed_following, seedless
+from lra.identity import behaviour_difference, config_hash, protocol_settings, seed_following, seedless
 from lra.report import reference as ref
 from lra.report.protocols import protocol_overrides
 from lra.report.screening import SUPERSEDED, Ledger, Run
@@ -59,9 +62,13 @@ def differences(base: dict[str, Any], other: dict[str, Any], skip: tuple[str, ..
     return [f"~{k}" if k not in other else f"{k}={json.dumps(other[k], default=str)}" for k in keys]
 
 
-def diff_label(base: dict[str, Any], other: dict[str, Any], own_hash: str, test_set: str | None = None) -> str:
-    """'config <hash>: <differences>' (``test_set``: named when the cell's test set is another one)."""
-    diffs = ([f"test set {test_set}"] if test_set else []) + differences(base, other)
+def diff_label(base: dict[str, Any], other: dict[str, Any], own_hash: str, test_set: str | None = None,
+               behaviour: str | None = None) -> str:
+    """'config <hash>: <differences>' (``test_set``: named when the cell's test set is another one;
+    ``behaviour``: how its code's fingerprint differs from the row's)."""
+    diffs = (([f"test set {test_set}"] if test_set else [])
+             + ([f"code that behaves differently ({behaviour}, the row's)"] if behaviour else [])
+             + differences(base, other))
     shown = ", ".join(diffs[:MAX_DIFFS]) + (f" (+{len(diffs) - MAX_DIFFS} more)" if len(diffs) > MAX_DIFFS else "")
     return f"{CONFIG_LABEL}{own_hash}: {shown or 'the same settings'}"
 
@@ -73,6 +80,7 @@ class ExperimentCell:
     flat: dict[str, Any]          # the seedless identity, flattened
     runs: dict[int, Run] = field(default_factory=dict)
     test_set: str | None = None   # the label/length fingerprint its runs share (None: no prediction files)
+    behaviour: dict[str, Any] | None = None  # the behavioural fingerprint of its first run (None: none recorded)
 
     @property
     def config_hash(self) -> str:
@@ -91,7 +99,7 @@ class ExperimentCell:
 
     @property
     def commits(self) -> list[str]:
-        return sorted({r.commit for r in self.runs.values()})
+        return sorted({c for r in self.runs.values() for c in r.commits})
 
     @property
     def n_tests(self) -> list[int]:
@@ -180,6 +188,30 @@ def _split_by_test_set(runs: list[Run]) -> dict[str | None, list[Run]]:
     return out
 
 
+def _split_by_behaviour(runs: list[Run]) -> dict[int, list[Run]]:
+    """Runs of one identity and test set by what their code does (module rules): group 0 is the
+    oldest run's."""
+    groups: list[list[Run]] = []
+    unknown: list[Run] = []
+    for run in sorted(runs, key=lambda r: r.chrono):
+        if run.behaviour is None:
+            unknown.append(run)
+            continue
+        home = next((g for g in groups if behaviour_difference(run.behaviour, g[0].behaviour) is None), None)
+        if home is None:
+            groups.append(home := [])
+        home.append(run)
+    if not groups:
+        return {0: unknown}
+    largest = max(range(len(groups)), key=lambda i: (len(groups[i]), -i))
+    groups[largest].extend(unknown)
+    return dict(enumerate(groups))
+
+
+def _first_behaviour(runs: list[Run]) -> dict[str, Any] | None:
+    return next((r.behaviour for r in sorted(runs, key=lambda r: r.chrono) if r.behaviour is not None), None)
+
+
 def _vote(values: list[str], preferred: str | None) -> str | None:
     """The most common value (ties: ``preferred``, then the smallest)."""
     counts = Counter(values)
@@ -223,18 +255,21 @@ def accuracy_groups(runs: list[Run], ledger: Ledger) -> list[AccuracyGroup]:
     references = _references(train, flats, hashes)
     groups: dict[tuple[str, bool], AccuracyGroup] = {}
     for (protocol, overrides, attention, task), by_hash in sorted(buckets.items()):
-        cells = {(h, ts): ExperimentCell(flats[h], _one_per_seed(rs, ledger), ts)
-                 for h, hrs in by_hash.items() for ts, rs in _split_by_test_set(hrs).items()}
+        cells = {(h, ts, b): ExperimentCell(flats[h], _one_per_seed(brs, ledger), ts, _first_behaviour(brs))
+                 for h, hrs in by_hash.items() for ts, rs in _split_by_test_set(hrs).items()
+                 for b, brs in _split_by_behaviour(rs).items()}
         ref_settings, ref_set = references.get((protocol, task), (None, None))
         eligible = [k for k, c in cells.items()
                     if overrides or (_settings_json(c.flat) == ref_settings and (ref_set is None or c.test_set in (None, ref_set)))]
-        main = max(eligible, key=lambda k: (cells[k].n, cells[k].newest, k[0], k[1] or "")) if eligible else None
+        main = max(eligible, key=lambda k: (cells[k].n, cells[k].newest, k[0], k[1] or "", -k[2])) if eligible else None
         base = cells[main].flat if main is not None else (json.loads(ref_settings) if ref_settings else {})
         base_set = cells[main].test_set if main is not None else ref_set
-        for k, cell in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        base_behaviour = cells[main].behaviour if main is not None else None
+        for k, cell in sorted(cells.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2])):
             other = cell.flat if main is not None else protocol_settings(cell.flat)
             shown_set = cell.test_set if cell.test_set not in (None, base_set) else None
-            labels = overrides if k == main else (*overrides, diff_label(base, other, k[0], shown_set))
+            behaves = behaviour_difference(cell.behaviour, base_behaviour)
+            labels = overrides if k == main else (*overrides, diff_label(base, other, k[0], shown_set, behaves))
             g = groups.setdefault((protocol, bool(labels)), AccuracyGroup(protocol, bool(labels)))
             g.rows.setdefault((attention, labels), {})[task] = cell
     return [groups[k] for k in sorted(groups)]

@@ -2,16 +2,20 @@
 so the same records give byte-identical files).
 
 * :func:`bubble_chart` - AdaMRA Figure 1: examples/s (x) against accuracy (y, labelled with what it
-  is: the LRA average only over five tasks), circle AREA proportional to peak memory where memory
-  is shown. The suite's runs and the published Table 3 are separate panels: their speeds come from
-  different hardware and must not share an axis.
+  is: the LRA average only over five tasks, with its 95% interval where it has one), circle AREA
+  proportional to peak memory where memory is shown. The suite's runs and the published Table 3 are
+  separate panels: their speeds come from different hardware and must not share an axis.
 * :func:`scaling_plot` - time and peak memory against sequence length, log-log, one line per variant,
-  with the fitted ``a N^alpha`` dashed; at least three labelled ticks per axis (:func:`log_ticks`).
+  with the fitted ``a N^alpha`` dotted; at least three labelled ticks per axis (:func:`log_ticks`).
 * :func:`length_plot` - accuracy per real-length bucket, one line per variant, with error bars.
 * :func:`curve_plot` - validation accuracy against training step, mean over seeds with a min-max
   band; single-seed lines dashed and labelled "(1 seed)".
+* :func:`small_multiples` - the grid the approximation map's plots draw one family per panel on.
 
-A variant keeps its colour in every plot of a report (:class:`Palette`).
+Rules every figure keeps: a variant's colour and marker come from :mod:`lra.report.palette` (the same
+in every plot and panel); a title is one line, and what a reader must know besides goes in the
+report's text under the plot (:data:`CAPTIONS`); legends sit outside the data and list only what is
+drawn.
 """
 from __future__ import annotations
 
@@ -24,27 +28,37 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter, NullLocator  # noqa: E402
 
+from lra.report.palette import Palette, colour  # noqa: E402,F401  (Palette: the style every plot takes)
 from lra.report.smat import TradeoffPoint  # noqa: E402
+
+CAPTIONS = {  # plot file-name prefix -> the sentence report.md prints under it
+    "bubble": "Circles are drawn in each variant's colour; bars are the 95% interval of the accuracy (the across "
+              "table's) where the row has one.",
+    "scaling": "Dotted: the fitted a·N^α, drawn a little past the measured lengths; memory peaks below the "
+               "memory method's resolution are left out.",
+    "length": "Bars: 95% interval over seeds and examples; the points of one bucket are dodged sideways.",
+    "curves": "Band: min-max over seeds; a dashed line is a single seed.",
+    "approximation_error_vs_n": "One panel per attention family; bars: sd over draws; errors below 1e-4 are "
+                                "drawn at 1e-4.",
+    "approximation_pareto": "One panel per attention family; black: the front over every variant (no point is "
+                            "both faster and more accurate); circled: the default budget; bars: sd over draws; "
+                            "errors below 1e-4 are drawn at 1e-4.",
+}
+
+
+def caption(path: str) -> str:
+    """The caption of a plot file (``plots/<name>.png``): the longest matching prefix's, else none."""
+    stem = path.rsplit("/", 1)[-1]
+    found = [k for k in CAPTIONS if stem.startswith(k)]
+    return CAPTIONS[max(found, key=len)] if found else ""
+
 
 MAX_AREA = 2500.0  # points^2 of the largest circle
 UNIFORM_AREA = 300.0  # circle area where memory is not shown
-LINESTYLES = ("-", "--", ":", "-.")
-MARKERS = ("o", "s", "^")
-
-
-class Palette:
-    """One colour per variant for the whole report (so a variant looks the same in every plot);
-    more than 10 variants: colours repeat with another marker. Rows of one variant that differ in
-    settings (custom rows) share its colour with another line style."""
-
-    def __init__(self, variants: list[str]) -> None:
-        self.index = {v: i for i, v in enumerate(variants)}
-
-    def style(self, variant: str, kind: int = 0) -> dict[str, Any]:
-        i = self.index.get(variant, len(self.index))
-        return {"color": f"C{i % 10}", "marker": MARKERS[i // 10 % len(MARKERS)], "linestyle": LINESTYLES[kind % len(LINESTYLES)]}
+LEGEND_AREA = 60.0  # points^2 of a circle in a legend
 
 
 def _png(fig) -> bytes:
@@ -58,55 +72,39 @@ def _area(mem: float | None, top: float) -> float:
     return UNIFORM_AREA if mem is None else MAX_AREA * mem / top
 
 
-def _bubbles(ax, points: list[TradeoffPoint], title: str, empty: str, ylabel: str, colours: dict[str, str]) -> None:
-    ax.set_title(textwrap.fill(title, 62), fontsize=9)
+def _bubbles(ax, points: list[TradeoffPoint], title: str, empty: str, ylabel: str, colours: dict[str, str],
+             intervals: dict[str, tuple[float, float]]) -> None:
+    """One panel: a circle per point in the variant's colour, its accuracy interval as a vertical bar,
+    and a legend below the panel instead of labels beside the circles (labels of close points collide)."""
+    memory = any(p[2] is not None for p in points)
+    ax.set_title(title + ("" if not points else "; circle area: peak memory" if memory
+                          else "; equal circles: memory not drawn"), fontsize=9)
     ax.set_xlabel("speed (examples / s)")
     ax.set_ylabel(textwrap.fill(ylabel, 45))
     ax.grid(True, alpha=0.3)
     if not points:
         ax.text(0.5, 0.5, empty, ha="center", va="center", transform=ax.transAxes, fontsize=9, wrap=True)
+        ax.set_xticks([])
+        ax.set_yticks([])
         return
     top = max((p[2] for p in points if p[2] is not None), default=1.0) or 1.0
     xs, ys = [p[1] for p in points], [p[3] for p in points]
-    xpad, ypad = (max(xs) - min(xs)) * 0.2 or max(xs) * 0.2 or 1.0, (max(ys) - min(ys)) * 0.25 or 1.0
-    ax.set_xlim(min(xs) - xpad, max(xs) + 2 * xpad)  # room for the labels on the right
-    ax.set_ylim(min(ys) - ypad, max(ys) + ypad)
-    for i, (name, speed, mem, acc) in enumerate(points):
-        ax.scatter([speed], [acc], s=[_area(mem, top)], alpha=0.45, color=colours.get(name, f"C{i % 10}"), edgecolors="black")
-    for (name, speed, mem, acc), dy in zip(points, _label_offsets(ax, points, top)):
-        # label just outside the circle's right edge (radius in points = sqrt(area / pi)), moved up or
-        # down (with a leader line) where it would overlap another label
-        ax.annotate(name + (f" ({mem:.0f} MB)" if mem is not None else ""), (speed, acc),
-                    xytext=((_area(mem, top) / 3.1416) ** 0.5 + 3, dy),
-                    textcoords="offset points", ha="left", va="center", fontsize=7,
-                    arrowprops={"arrowstyle": "-", "lw": 0.5, "color": "0.4"} if dy else None)
-
-
-LABEL_HEIGHT = 10.0  # points between label centres
-
-
-def _label_offsets(ax, points: list[TradeoffPoint], top: float) -> list[float]:
-    """Vertical offsets (points) so that labels whose x ranges overlap are >= LABEL_HEIGHT apart."""
-    fig = ax.figure
-    fig.canvas.draw()  # the limits are final: data -> display coordinates
-    scale = 72.0 / fig.dpi
-    pos = [(ax.transData.transform((p[1], p[3])), p) for p in points]
-    placed: list[tuple[float, float, float]] = []  # x0, x1, y in points
-    offsets = [0.0] * len(points)
-    for i in sorted(range(len(points)), key=lambda i: -pos[i][0][1]):
-        (x, y), p = pos[i]
-        x0 = x * scale + (_area(p[2], top) / 3.1416) ** 0.5 + 3
-        x1 = x0 + 4.2 * (len(p[0]) + 10)  # ~ label width at fontsize 7
-        target = y * scale
-        moved = True
-        while moved:  # target only moves down, so this ends
-            moved = False
-            for px0, px1, py in placed:
-                if x0 < px1 and px0 < x1 and abs(target - py) < LABEL_HEIGHT - 1e-9:
-                    target, moved = py - LABEL_HEIGHT, True
-        placed.append((x0, x1, target))
-        offsets[i] = target - y * scale
-    return offsets
+    lows = [intervals.get(p[0], (p[3], p[3]))[0] for p in points]
+    highs = [intervals.get(p[0], (p[3], p[3]))[1] for p in points]
+    xpad, ypad = (max(xs) - min(xs)) * 0.15 or max(xs) * 0.2 or 1.0, (max(highs) - min(lows)) * 0.15 or 1.0
+    ax.set_xlim(min(xs) - xpad, max(xs) + xpad)
+    ax.set_ylim(min(lows) - ypad, max(highs) + ypad)
+    handles = []
+    for name, speed, mem, acc in points:
+        col = colours.get(name, colour(name))
+        if name in intervals:
+            lo, hi = intervals[name]
+            ax.errorbar([speed], [acc], yerr=[[acc - lo], [hi - acc]], color=col, capsize=3, lw=1.2, zorder=3)
+        ax.scatter([speed], [acc], s=[_area(mem, top)], alpha=0.45, color=col, edgecolors="black", zorder=2)
+        handles.append(Line2D([], [], linestyle="none", marker="o", markersize=LEGEND_AREA ** 0.5, alpha=0.6,
+                              markerfacecolor=col, markeredgecolor="black",
+                              label=name + (f" ({mem:.0f} MB)" if mem is not None else "")))
+    ax.legend(handles=handles, fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.14), frameon=False)
 
 
 def bubble_chart(*args: Any, **kwargs: Any) -> bytes:
@@ -114,12 +112,19 @@ def bubble_chart(*args: Any, **kwargs: Any) -> bytes:
 
 
 def bubble_figure(runs: list[TradeoffPoint], reference: list[TradeoffPoint], runs_title: str, reference_title: str,
-                  runs_ylabel: str, colours: dict[str, str] | None = None):
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), layout="constrained")  # long panel titles clear the suptitle
+                  runs_ylabel: str, colours: dict[str, str] | None = None,
+                  intervals: dict[str, tuple[float, float]] | None = None, variants: dict[str, str] | None = None):
+    """Two panels that share nothing but the colours: this suite's runs (``runs_title``, one line; what
+    its points are goes in the report's text) and a published table. ``intervals``: a run row's 95%
+    accuracy interval (drawn as a bar); ``variants``: a published row's name -> the suite variant whose
+    colour it takes."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), layout="constrained")
     _bubbles(axes[0], runs, runs_title, "no variant has both efficiency figures\nand a complete accuracy row",
-             runs_ylabel, colours or {})
-    _bubbles(axes[1], reference, reference_title, "no reference data", "LRA average accuracy (%, 5 tasks)", {})
-    fig.suptitle("Speed-memory-accuracy trade-off (circle area = peak memory where shown)", fontsize=11)
+             runs_ylabel, colours or {}, intervals or {})
+    ref_colours = {name: colour(v) for name, v in (variants or {}).items()}
+    _bubbles(axes[1], reference, reference_title, "no reference data", "LRA average accuracy (%, 5 tasks)",
+             ref_colours, {})
+    fig.suptitle("Speed against accuracy: this suite and the published figures", fontsize=11)
     return fig
 
 
@@ -152,28 +157,40 @@ def scaling_plot(*args: Any, **kwargs: Any) -> bytes:
     return _png(scaling_figure(*args, **kwargs))
 
 
+FIT_DASHES = (0, (1.5, 1.5))
+
+
 def scaling_figure(series: dict[str, list[tuple[int, float | None, float | None]]], title: str,
                    fits: dict[str, tuple[Any, Any]] | None = None, min_mb: float = 0.0,
                    palette: Palette | None = None):
     """``series``: variant -> [(length, ms, MB)]; missing figures (failed lengths) and peaks not above
-    ``min_mb`` (below the memory method's resolution) are skipped.
-    ``fits``: variant -> (time fit, memory fit) with ``a`` and ``alpha`` (:class:`lra.report.stats.PowerFit`)."""
-    palette = palette or Palette(list(series))
-    fig, (t_ax, m_ax) = plt.subplots(1, 2, figsize=(12, 4.5))
+    ``min_mb`` (below the memory method's resolution) are skipped. ``fits``: variant -> (time fit,
+    memory fit) with ``a`` and ``alpha`` (:class:`lra.report.stats.PowerFit`), drawn dotted a little
+    past the measured lengths so that a fit that lies on its points still shows. One legend for both
+    panels (a variant has one colour), which lists the fit only where one is drawn."""
+    palette = palette or Palette()
+    fig, (t_ax, m_ax) = plt.subplots(1, 2, figsize=(12, 4.5), layout="constrained")
     lengths = sorted({n for pts in series.values() for n, _, _ in pts})
+    handles, any_fit = [], False
     for name in series:
         pts = sorted(series[name])
         style = palette.style(name)
+        alphas = []
         for ax, k in ((t_ax, 1), (m_ax, 2)):
             xy = [(p[0], p[k]) for p in pts if p[k] is not None and p[k] > (min_mb if k == 2 else 0)]
-            if xy:
-                fit = (fits or {}).get(name, (None, None))[k - 1]
-                alpha = f", α={fit.alpha:.2f}" if fit is not None else ""
-                ax.plot([x for x, _ in xy], [y for _, y in xy], label=f"{name}{alpha}", **style)
-                if fit is not None:
-                    xs = [xy[0][0], xy[-1][0]]
-                    ax.plot(xs, [fit.a * x ** fit.alpha for x in xs], color=style["color"], linestyle=(0, (2, 2)),
-                            linewidth=0.9, alpha=0.8)
+            if not xy:
+                continue
+            ax.plot([x for x, _ in xy], [y for _, y in xy], **style)
+            fit = (fits or {}).get(name, (None, None))[k - 1]
+            if fit is not None and len(xy) > 1:
+                xs = [xy[0][0] / 1.25, xy[-1][0] * 1.25]
+                ax.plot(xs, [fit.a * x ** fit.alpha for x in xs], color=style["color"], linestyle=FIT_DASHES,
+                        linewidth=1.0, alpha=0.9)
+                alphas.append(f"{'time' if k == 1 else 'memory'} α={fit.alpha:.2f}")
+                any_fit = True
+        handles.append(Line2D([], [], label=name + (f" ({', '.join(alphas)})" if alphas else ""), **style))
+    if any_fit:
+        handles.append(Line2D([], [], color="black", linestyle=FIT_DASHES, linewidth=1.0, label="fitted a·N^α"))
     for ax, ylabel in ((t_ax, "time per step (ms)"), (m_ax, "peak memory (MB)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -185,20 +202,20 @@ def scaling_figure(series: dict[str, list[tuple[int, float | None, float | None]
         ax.set_xlabel("sequence length")
         ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="upper left")
-    t_ax.set_title("time (dashed: fitted a·N^α)", fontsize=9)
-    m_ax.set_title("memory (dashed: fitted a·N^α)" + (f"; peaks < {min_mb:g} MB not shown" if min_mb else ""), fontsize=9)
+    t_ax.set_title("time per training step", fontsize=9)
+    m_ax.set_title("peak memory", fontsize=9)
+    if handles:
+        fig.legend(handles=handles, fontsize=7, loc="outside right center")
     fig.suptitle(title, fontsize=11)
     return fig
 
 
 def _line_chart(fig, ax, xlabel: str, ylabel: str, title: str):
-    """Labels, grid, legend and title of the per-variant line charts."""
+    """Labels, grid, legend (outside, right: it never covers a line) and title of the per-variant line charts."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title(title, fontsize=10)
     return fig
 
@@ -211,14 +228,15 @@ def length_figure(labels: list[str], series: dict[str, list[tuple[float, float, 
                   styles: dict[str, dict[str, Any]]):
     """``series``: row label -> (accuracy, low, high) (%) per bucket (None = empty bucket), drawn with
     error bars; ``styles``: row label -> matplotlib line style (:class:`Palette`)."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     k = max(1, len(series))
+    width = min(0.06, 0.6 / k)
     for j, (name, buckets) in enumerate(series.items()):
-        xs = [i + (j - (k - 1) / 2) * 0.06 for i in range(len(labels))]  # dodge, so error bars do not overlap
+        xs = [i + (j - (k - 1) / 2) * width for i in range(len(labels))]  # dodge, so error bars do not overlap
         pts = [(x, b) for x, b in zip(xs, buckets) if b is not None]
         ax.errorbar([x for x, _ in pts], [b[0] for _, b in pts],
                     yerr=[[b[0] - b[1] for _, b in pts], [b[2] - b[0] for _, b in pts]],
-                    label=name, capsize=3, **styles.get(name, {}))
+                    label=name, capsize=2, markersize=5, linewidth=1.0, **styles.get(name, {}))
     ax.set_xticks(range(len(labels)))
     ax.set_xticklabels(labels, fontsize=8)
     return _line_chart(fig, ax, "real length of the test example (tokens), quartile buckets",
@@ -233,13 +251,35 @@ def curve_figure(series: dict[str, tuple[int, list[tuple[int, float, float, floa
                  styles: dict[str, dict[str, Any]]):
     """``series``: row label -> (seeds, [(step, mean, min, max)]) validation accuracy (%); a line of
     one seed is dashed and labelled so (it has no band)."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    fig, ax = plt.subplots(figsize=(8, 4.5))
     for name, (seeds, pts) in series.items():
         steps = [p[0] for p in pts]
         style = dict(styles.get(name, {}))
         if seeds == 1:
             style["linestyle"] = "--"
-        ax.plot(steps, [p[1] for p in pts], label=f"{name} ({seeds} seed{'s' * (seeds != 1)})", markersize=3, **style)
+        ax.plot(steps, [p[1] for p in pts], label=f"{name} ({seeds} seed{'s' * (seeds != 1)})", markersize=3,
+                markevery=max(1, len(pts) // 12), linewidth=1.2, **style)
         if seeds > 1 and any(p[2] != p[3] for p in pts):
             ax.fill_between(steps, [p[2] for p in pts], [p[3] for p in pts], color=style.get("color"), alpha=0.2, linewidth=0)
     return _line_chart(fig, ax, "training step", "validation accuracy (%)", title)
+
+
+def small_multiples(groups: dict[str, list[str]], title: str, xlabel: str, ylabel: str, columns: int = 4):
+    """A grid of panels with shared axes, one per family (``groups``: panel title -> its variants), for
+    plots of more series than one panel can tell apart. Returns (figure, panel title -> axes)."""
+    names = list(groups)
+    rows = max(1, math.ceil(len(names) / columns))
+    fig, axes = plt.subplots(rows, columns, figsize=(3.4 * columns, 2.7 * rows + 0.6), sharex=True, sharey=True,
+                             layout="constrained", squeeze=False)
+    panels = {}
+    for i, ax in enumerate(axes.flat):
+        if i >= len(names):
+            ax.set_visible(False)
+            continue
+        panels[names[i]] = ax
+        ax.set_title(names[i], fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+    fig.supxlabel(xlabel, fontsize=9)
+    fig.supylabel(ylabel, fontsize=9)
+    fig.suptitle(title, fontsize=11)
+    return fig, panels

@@ -53,6 +53,12 @@ class CheckFailed(ValueError):
     """A record that fails validation; the message is the reason the report prints."""
 
 
+def code_label(version: dict[str, Any]) -> str:
+    """'1a2b3c4d5e' for a commit, '1a2b3c4d5e+9f8e7d6c' for that commit with uncommitted edits."""
+    commit = str(version.get("git_commit") or "unknown")[:10]
+    return commit + (f"+{str(version.get('diff_sha1') or 'edits')[:8]}" if version.get("dirty") else "")
+
+
 @dataclass
 class Run:
     """A record that passed validation, with its checked prediction arrays (None: it names none)."""
@@ -75,8 +81,16 @@ class Run:
         return (str(self.rec.get("started_at") or ""), self.run_id)
 
     @property
-    def commit(self) -> str:
-        return str((self.rec.get("stamp") or {}).get("git_commit") or "unknown")[:10]
+    def commits(self) -> list[str]:
+        """The code versions this run's stretches ran on (every resume's, from its wall-clock
+        segments; a record without them: its start's), short, ``+<diff hash>`` for a dirty tree."""
+        segments = ((self.rec.get("efficiency") or {}).get("wall") or {}).get("segments") or []
+        return sorted({code_label(s) for s in segments} or {code_label(self.rec.get("stamp") or {})})
+
+    @property
+    def behaviour(self) -> dict[str, Any] | None:
+        """The record's behavioural fingerprint (None before fingerprints: pools with any)."""
+        return self.rec.get("fingerprint") or None
 
     def value(self, metric: str) -> float:
         """The metric in accuracy points (x 100)."""
@@ -189,6 +203,12 @@ def check_common(rec: dict[str, Any]) -> None:
 
 def check_train_fields(rec: dict[str, Any]) -> None:
     """The training record's fields that tables read besides the metric."""
+    fp = rec.get("fingerprint")
+    if fp is not None and not (isinstance(fp, dict) and isinstance(fp.get("losses"), list) and isinstance(fp.get("logits"), list)):
+        raise CheckFailed(f"fingerprint={fp!r} is not a behavioural fingerprint (losses and logits)")
+    if fp is not None and "backfilled" not in fp and not rec.get("data_fingerprint"):
+        # every record written since fingerprints carries both; only the backfilled older ones may lack data's
+        raise CheckFailed("no data_fingerprint: a record of a run since behavioural fingerprints names the data it trained on")
     overrides = rec.get("overrides")
     if overrides is not None and (not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides)):
         raise CheckFailed(f"overrides={overrides!r} is not a list of strings (the run's command-line overrides)")

@@ -2,7 +2,8 @@
 
 The three are renderings of the same cells, so they cannot say different things: the LaTeX cell is
 the Markdown cell's text, escaped (no second, compact form that could drop a flag or name another
-interval); the caption is the title and the legend the notes. A cell's ``data`` are the unrounded
+interval); the caption is the title, and the notes go in a file of their own (``<name>.notes.tex``) so
+that the table pastes into a paper as it is (booktabs rules). A cell's ``data`` are the unrounded
 figures it displays (its CSV columns, named); a table whose cells carry data writes its CSV from
 them, so each CSV field belongs to one displayed cell. Tables built the older way (``csv_header``
 and ``csv_rows`` given apart: efficiency and SMAT, lra/report/efficiency.py) keep that path.
@@ -53,21 +54,35 @@ class Table:
         lines += ["| " + " | ".join(fmt(c) for c in row) + " |" for row in self.rows]
         return "\n".join(lines)
 
+    @property
+    def caption(self) -> str:
+        """The title as one sentence (a caption ends with a full stop)."""
+        return self.title if self.title.endswith(".") else self.title + "."
+
     def latex(self) -> str:
+        """The table as it pastes into a paper: booktabs rules, the title as its caption, no notes
+        (they are :meth:`latex_notes`, a file of their own, so a paper takes the table alone)."""
         def fmt(c: TableCell) -> str:
             t = latex_escape(c.text)
             return f"\\textbf{{{t}}}" if c.emph == 1 else f"\\underline{{{t}}}" if c.emph == 2 else t
 
         spec = "l" * 2 + "r" * (len(self.header) - 2)
-        out = ["\\begin{table}[t]", "\\centering", "\\small", f"\\caption{{{latex_escape(self.title)}}}",
-               f"\\label{{tab:{self.name}}}", f"\\begin{{tabular}}{{{spec}}}", "\\hline",
-               " & ".join(latex_escape(h) for h in self.header) + " \\\\", "\\hline"]
+        out = [f"% needs \\usepackage{{booktabs}}; the notes: {self.name}.notes.tex" if self.notes
+               else "% needs \\usepackage{booktabs}",
+               "\\begin{table}[t]", "\\centering", "\\small", f"\\caption{{{latex_escape(self.caption)}}}",
+               f"\\label{{tab:{self.name}}}", f"\\begin{{tabular}}{{{spec}}}", "\\toprule",
+               " & ".join(latex_escape(h) for h in self.header) + " \\\\", "\\midrule"]
         out += [" & ".join(fmt(c) for c in row) + " \\\\" for row in self.rows]
-        out += ["\\hline", "\\end{tabular}"]
-        if self.notes:
-            out += ["\\par\\smallskip\\footnotesize", " \\\\\n".join(latex_escape(n) for n in self.notes)]
-        out.append("\\end{table}")
+        out += ["\\bottomrule", "\\end{tabular}", "\\end{table}"]
         return "\n".join(out) + "\n"
+
+    def latex_notes(self) -> str | None:
+        """The table's notes as a LaTeX list (``<name>.notes.tex``), or None when it has none."""
+        if not self.notes:
+            return None
+        items = [f"  \\item {latex_escape(n)}" for n in self.notes]
+        return "\n".join([f"% notes of table tab:{self.name} ({self.name}.tex)", "\\begin{itemize}", *items,
+                          "\\end{itemize}"]) + "\n"
 
     def csv_table(self) -> tuple[list[str], list[list[Any]]]:
         """(header, rows) of the CSV: the cells' data where the table has no separate CSV rows."""

@@ -55,7 +55,7 @@ from pytorch_lightning.callbacks import RichProgressBar
 from pytorch_lightning.callbacks.progress.rich_progress import CustomTimeColumn
 
 from lra.data.progress import human
-from lra.stamp import cpu_model, git_commit
+from lra.stamp import code_version, cpu_model
 
 log = logging.getLogger(__name__)
 FORWARD_SHARE = 1 / 4  # an evaluation forward (no autograd) / a training step, same positions. Measured on one CPU
@@ -126,7 +126,7 @@ class RunForecast(pl.Callback):
         self._segment = {"from_step": start, "to_step": start, "seconds": 0.0,
                          "forecast_s": None, "forecast_at_step": None, "forecast_elapsed_s": None,
                          "host": socket.gethostname(), "cpu": cpu_model(), "device": _device_name(pl_module),
-                         "threads": torch.get_num_threads(), "git_commit": git_commit(),
+                         "threads": torch.get_num_threads(), **code_version(),
                          "cpu_count": os.cpu_count(), "load_samples": 0, "load_mean": 0.0,
                          "load_max": 0.0}
         self._segment_t0 = time.perf_counter()

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from lra.badinput import BadInputError, DataMissingError
-from lra.identity import run_key
+from lra.identity import behaviour_difference, run_key
 from lra.records import NullRecord, RunRecord, is_rank_zero, load_records
 from lra.training.checkpoints import LastCheckpoint, validates_next
 
@@ -30,10 +30,14 @@ RESUMABLE = ("running", "interrupted", "failed")
 log = logging.getLogger(__name__)
 
 
-def find_previous(results_dir: str | Path, key: str) -> tuple[dict | None, dict | None]:
-    """The newest unfinished record with this key, and the newest finished one."""
+def find_previous(results_dir: str | Path, key: str, behaviour: dict | None = None,
+                  same: bool = True) -> tuple[dict | None, dict | None]:
+    """The newest unfinished record with this key, and the newest finished one. With ``behaviour``
+    (this code's fingerprint), only records whose fingerprint agrees with it (``same``; a record from
+    before fingerprints agrees with any), or only those whose fingerprint differs (``not same``)."""
     records, _ = load_records(results_dir)
-    mine = sorted((r for r in records if r.get("run_key") == key and r["mode"] == "train"),
+    mine = sorted((r for r in records if r.get("run_key") == key and r["mode"] == "train"
+                   and (behaviour is None or (behaviour_difference(behaviour, r.get("fingerprint")) is None) == same)),
                   key=lambda r: r.get("started_at") or "")
     unfinished = [r for r in mine if r["status"] in RESUMABLE and not still_running(r)]
     finished = [r for r in mine if r["status"] == "finished"]
@@ -97,8 +101,12 @@ def check_same_data(record: RunRecord, datamodule: Any, resuming: bool) -> None:
     resume a run onto other data: the same settings generated on another machine or by other code,
     or a damaged copy, would continue it silently on different examples. A record from before
     fingerprints takes the data of its next resume."""
-    if isinstance(record, NullRecord) or not hasattr(datamodule, "fingerprint"):
+    if isinstance(record, NullRecord):
         return
+    if not hasattr(datamodule, "fingerprint"):  # every record names its data: the report cannot pool it otherwise
+        raise BadInputError(
+            f"the DataModule {type(datamodule).__name__} has no `fingerprint` (what its data holds, recorded in every "
+            "run record); derive it from lra.data.datamodule.CachedDataModule or give it a `fingerprint` property")
     found, started = datamodule.fingerprint, record.data.get("data_fingerprint")
     if resuming and started is not None and started != found:
         raise BadInputError(

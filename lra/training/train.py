@@ -17,12 +17,14 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import LearningRateMonitor, ModelCheckpoint, ProgressBar
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from lra.badinput import DataMissingError, DivergedError
+from lra.badinput import BadInputError, DataMissingError, DivergedError
 from lra.training.forecast import RunForecast, StepProgressBar, cpu_hint
 from lra.records import NullRecord, RunRecord, hydra_overrides, is_rank_zero, write_predictions
 from lra.training.checkpoints import LAST, AtomicCheckpointIO, LastCheckpoint, best_checkpoint
 from lra.training.compile import CompileNetwork, trainer_settings
-from lra.identity import run_key
+from lra.identity import behaviour_difference, run_key
+from lra.stamp import source_sha1
+from lra.training.fingerprint import behavioural_fingerprint
 from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, check_same_data, find_previous,
                                  identical_run_lock)
 from lra.training.threads import apply_threads
@@ -124,6 +126,9 @@ class AlreadyFinished:
 def _plan(cfg: DictConfig) -> tuple[RunRecord | AlreadyFinished, str | None]:
     """Decide between a new run, resuming an unfinished one, or skipping a finished one.
 
+    Only a run whose code behaves as this code does (:mod:`lra.training.fingerprint`) is resumed or
+    counts as finished: after an edit that changes the numbers, a finished run of the old code is
+    trained again as a new run, and an unfinished one is refused rather than continued by other code.
     Returns ``(record, resume_from)``; ``record`` is :class:`AlreadyFinished` when this
     configuration already finished.
     """
@@ -131,20 +136,30 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | AlreadyFinished, str | None]:
     if not is_rank_zero():  # a DDP worker: rank 0 decided, and writes the one record
         return NullRecord(os.environ[ENV_RUN_ID]), os.environ.get(ENV_RESUME_FROM) or None
     key = run_key(cfg)
+    behaviour = behavioural_fingerprint(cfg, build_module)
     if cfg.get("ckpt_path"):  # explicit checkpoint: a new record that starts from it
-        return new_record(cfg, cfg.mode, run_key=key), str(cfg.ckpt_path)
+        return new_record(cfg, cfg.mode, run_key=key, fingerprint=behaviour), str(cfg.ckpt_path)
     if cfg.mode != "train" or mode is False:
-        return new_record(cfg, cfg.mode, run_key=key), None
-    unfinished, finished = find_previous(cfg.paths.results_dir, key)
+        return new_record(cfg, cfg.mode, run_key=key, fingerprint=behaviour), None
+    unfinished, finished = find_previous(cfg.paths.results_dir, key, behaviour)
     if unfinished is not None:
         last = Path(cfg.paths.checkpoint_dir) / unfinished["run_id"] / LAST
         record = RunRecord.reopen(Path(cfg.paths.results_dir) / "runs" / f"{unfinished['run_id']}.json")
+        if not record.data.get("fingerprint"):  # a record from before fingerprints: measured from this resume on
+            record.update(fingerprint={**behaviour, "measured_at_resume": record.data.get("resume_count", 0) + 1})
         if last.is_file():
             record.update(status="running", resumed=True, resume_count=record.data.get("resume_count", 0) + 1, error=None)
             return record, str(last)
         if mode == "auto":  # killed before its first last.ckpt: start again from step 0, in the same record
             record.update(status="running", restart_count=record.data.get("restart_count", 0) + 1, error=None)
             return record, None
+    other_unfinished, other_finished = find_previous(cfg.paths.results_dir, key, behaviour, same=False)
+    if other_unfinished is not None and finished is None:
+        raise BadInputError(
+            f"this configuration's unfinished run {other_unfinished['run_id']} was trained by code that behaves "
+            f"differently ({_what_changed(other_unfinished, behaviour)}): resuming would continue it with other "
+            "code. Run the same command with resume=false to start a fresh run of this code (the old record and "
+            f"checkpoint stay), or check out the code it ran on ({_commit_of(other_unfinished)}) to finish it")
     if mode is True:
         raise DataMissingError(
             f"resume=true but no checkpoint of an unfinished run with this configuration (key {key}) exists "
@@ -154,7 +169,31 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | AlreadyFinished, str | None]:
         log.warning("this configuration already finished (record %s.json); pass resume=false to run it again",
                     finished["run_id"])
         return AlreadyFinished(finished), None
-    return new_record(cfg, cfg.mode, run_key=key), None
+    if other_finished is not None:
+        log.warning("this configuration finished before (record %s.json) with code that behaves differently (%s): "
+                    "training a new run", other_finished["run_id"], _what_changed(other_finished, behaviour))
+    return new_record(cfg, cfg.mode, run_key=key, fingerprint=behaviour), None
+
+
+def _stretches(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return ((data.get("efficiency") or {}).get("wall") or {}).get("segments") or []
+
+
+def _commit_of(data: dict[str, Any]) -> str:
+    """The commit a record's last stretch ran on (else its start's), short, with '+edits' when dirty."""
+    last = (_stretches(data) or [data.get("stamp") or {}])[-1]
+    commit = str(last.get("git_commit") or "unknown")[:10]
+    return commit + ("+edits" if last.get("dirty") else "")
+
+
+def _what_changed(data: dict[str, Any], behaviour: dict[str, Any]) -> str:
+    """'training loss of step 1: 2.33 recorded against 2.41 now; model source a1b2 -> c3d4'."""
+    diff = behaviour_difference(data.get("fingerprint"), behaviour) or "fingerprint differs"
+    said = [diff.replace(" against ", " recorded against ", 1) + " now"]
+    before, now = (data.get("stamp") or {}).get("source_sha1"), source_sha1()
+    if before and before != now:
+        said.append(f"model source {before} -> {now}")
+    return "; ".join(said)
 
 
 def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, stop: GracefulStop) -> dict[str, Any]:

@@ -211,16 +211,17 @@ def test_dispatch_counts_are_recorded_and_tell_launch_bound_variants_apart(monke
                                       "bench.threads=1", f"attention={name}"), name)
         r = bench.measure(specs[0])
         assert r["status"] == "ok", r
-        assert set(r["dispatches"]) == {"aten_leaf_calls"}  # CPU: no kernel launches to count
-        assert f"{r['dispatches']['aten_leaf_calls']} aten leaf calls" in bench._line(name, r)
-        counts.setdefault(name, []).append(r["dispatches"]["aten_leaf_calls"])
+        assert set(r["dispatches"]) == {"outermost_aten_ops", "counted"}  # CPU: no kernel launches to count
+        assert "accelerator path" in r["dispatches"]["counted"] and f"batch {specs[0]['batch_size']}," in r["dispatches"]["counted"]
+        assert f"{r['dispatches']['outermost_aten_ops']} outermost aten ops" in bench._line(name, r)
+        counts.setdefault(name, []).append(r["dispatches"]["outermost_aten_ops"])
     assert counts["adamra_t2a"][0] == counts["adamra_t2a"][1]
     assert counts["adamra_t2a"][0] > 2 * counts["softmax"][0] > 0, counts
 
-    def broken(step, device):
+    def broken(step, device, batch):
         raise RuntimeError("no profiler here")
 
     monkeypatch.setattr(bench, "count_dispatches", broken)
     r = bench.measure(specs[0])
     assert r["status"] == "ok" and r["dispatches"] == {"error": "RuntimeError: no profiler here"}
-    assert "aten leaf calls" not in bench._line("adamra_t2a", r) and "ms/step" in bench._line("adamra_t2a", r)
+    assert "aten ops" not in bench._line("adamra_t2a", r) and "ms/step" in bench._line("adamra_t2a", r)

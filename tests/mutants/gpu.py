@@ -90,7 +90,7 @@ MUTANTS = [
            "a profiler that fails takes the measured time and memory down with it",
            (DISPATCH,)),
     Mutant("gpu-bench-dispatches-not-counted", "lra/bench/harness.py",
-           'counts = {"aten_leaf_calls": sum(1 for e in aten if', 'counts = {"aten_leaf_calls": 0 * sum(1 for e in aten if',
+           'counts: dict[str, Any] = {"outermost_aten_ops": sum(', 'counts: dict[str, Any] = {"outermost_aten_ops": 0 * sum(',
            "the dispatch count records nothing: a launch-bound variant looks like any other",
            (DISPATCH,)),
 ]

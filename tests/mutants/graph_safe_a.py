@@ -8,8 +8,8 @@ ABC = ("tests/attention/test_reference_abc.py",)
 ADAMRA = ("tests/attention/test_reference_adamra.py",)
 MUTANTS = [
     Mutant("graph-safe-linear-padded-keys-in-normaliser", "attention/linear.py",
-           "    phi_k = elu_feature_map(k, keep)                                      # padded keys",
-           "    phi_k = elu_feature_map(k)                                            # padded keys",
+           "    phi_k = elu_feature_map(k, keep)                                      # padded keys: no mass anywhere",
+           "    phi_k = elu_feature_map(k)                                            # padded keys: no mass anywhere",
            "the graph-safe linear attention forgets the key mask: padded keys enter the numerator "
            "and the normaliser", LINEAR),
     Mutant("graph-safe-abc-rd-slot-bound-off-by-one", "attention/base.py",

@@ -4,6 +4,7 @@ from tests.mutants import Mutant
 STATS = "tests/report/test_report_stats.py"
 REPORT = "tests/report/test_report.py"
 FINDINGS = "tests/report/test_findings.py"
+PALETTE = "tests/report/test_palette.py"
 
 MUTANTS = [
     Mutant("report-holm-no-running-max", "lra/report/stats.py",
@@ -144,10 +145,14 @@ MUTANTS = [
            "        if seeds == 1:\n            style[\"linestyle\"] = \"--\"", "        if False:\n            style[\"linestyle\"] = \"--\"",
            "a single-seed learning curve drawn like a mean over seeds",
            (f"{FINDINGS}::test_10_plots_mark_single_seeds_and_keep_colours",)),
-    Mutant("report-colour-per-plot", "lra/report/plots.py",
-           "palette = palette or Palette(list(series))", "palette = Palette(list(series))",
-           "the same variant in different colours in different plots",
-           (f"{FINDINGS}::test_10_plots_mark_single_seeds_and_keep_colours",)),
+    Mutant("report-colour-per-plot", "lra/report/palette.py",
+           "    if variant in COLOURS:\n        return COLOURS[variant]", "    if False:\n        return COLOURS[variant]",
+           "colours by a hash of the name, not the fixed table: two variants of one panel share a colour",
+           (f"{PALETTE}::test_one_panel_of_every_variant_has_no_two_lines_of_one_colour",)),
+    Mutant("report-colour-per-panel", "lra/report/plots.py",
+           "    ref_colours = {name: colour(v) for name, v in (variants or {}).items()}", "    ref_colours = {}",
+           "the published panel of the bubble chart colours AdaMRA otherwise than the suite's panel",
+           (f"{PALETTE}::test_a_variant_has_one_colour_in_both_bubble_panels_and_in_every_plot",)),
     Mutant("report-scaling-one-tick", "lra/report/plots.py",
            "        if ax.get_lines():\n            log_ticks(ax, \"y\")", "        if False:\n            log_ticks(ax, \"y\")",
            "a log time axis with a single tick label",

@@ -90,7 +90,7 @@ MUTANTS = [
            "the checkpoint the test loads (an older state) replaces the run's wall clock",
            ("tests/training/test_run_identity.py::test_wall_clock_survives_a_resume_and_not_the_tests_checkpoint",)),
     Mutant("resume-machine-wall-clock-not-checkpointed", "lra/training/forecast.py",
-           '        return {"segments": self.wall_segments(), "first_forecast": self.first_forecast}',
+           '        return {"segments": self.wall_segments(), "first_forecast": self.first_forecast, "val_steps": self.val_steps}',
            '        return {}',
            "a resumed run's record counts only the time since its last resume",
            ("tests/training/test_run_identity.py::test_wall_clock_survives_a_resume_and_not_the_tests_checkpoint",

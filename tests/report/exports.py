@@ -68,8 +68,11 @@ def check_exports(table: Table) -> None:
     assert _md_cells(md[0]) == table.header, table.name
     md_rows = [_md_cells(ln) for ln in md[2:]]
     tex = table.latex()
-    assert f"\\caption{{{latex_escape(table.title)}}}" in tex, table.name
-    assert all(latex_escape(n) in tex for n in table.notes), table.name
+    assert f"\\caption{{{latex_escape(table.caption)}}}" in tex, table.name
+    assert all(rule in tex for rule in ("\\toprule", "\\midrule", "\\bottomrule")) and "\\hline" not in tex, table.name
+    notes = table.latex_notes()  # the notes, apart: the table pastes into a paper as it is
+    assert all(latex_escape(n) not in tex for n in table.notes), table.name
+    assert (notes is None) == (not table.notes) and all(latex_escape(n) in notes for n in table.notes), table.name
     tex_rows = _tex_rows(tex)
     assert len(md_rows) == len(tex_rows) == len(table.rows), table.name
     for i, row in enumerate(table.rows):

@@ -131,6 +131,7 @@ def test_case_7_latex_and_csv_say_what_the_markdown_says(tmp_path):
     assert cell == "48.20 ± 5.38 [41.52, 54.88] n=5 (2 commits)"
     tex = files["tables/accuracy_quick.tex"]  # the same cell: ± sd (not ± the half-width), the commit flag kept
     assert "48.20 $\\pm$ 5.38 [41.52, 54.88] n=5 (2 commits)" in tex and "mean $\\pm$ sd [95\\% t-interval" in tex
+    assert "\\toprule" in tex and "\\item" in files["tables/accuracy_quick.notes.tex"]
     fields = files["tables/accuracy_quick.csv"].splitlines()[1].split(",")
     assert fields[:3] == ["softmax", "run", "48.2"] and float(fields[3]) == pytest.approx(5.3796, abs=1e-4)
     assert fields[10] == "aaaaaaaaaa;bbbbbbbbbb"  # the two commits behind the flag

@@ -445,7 +445,7 @@ def test_10_plots_mark_single_seeds_and_keep_colours(tmp_path):
     res.train("adamra", 0, 90)
     _, _, groups = tables(res)
     g = groups["quick", False]
-    palette = Palette(["softmax", "adamra"])
+    palette = Palette()
     styles = {"softmax": palette.style("softmax"), "adamra": palette.style("adamra")}
     fig = curve_figure({("softmax" if k[0] == "softmax" else "adamra"): v for k, v in curves(g, "listops").items()}, "t", styles)
     lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}

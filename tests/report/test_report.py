@@ -149,9 +149,11 @@ def test_run_report_writes_files_and_removes_stale_ones(fabricated, tmp_path):
     assert (out / "report.md").exists() and all((out / f).exists() for f in result["files"])
     assert not (out / "tables" / "efficiency_old_device.csv").exists() and (out / "tables" / "notes.txt").exists()
     tex = (out / "tables" / "accuracy_xiong2021.tex").read_text()
-    assert tex.startswith("\\begin{table}[t]") and "\\caption{Accuracy (\\%), protocol xiong2021" in tex
-    # the Markdown cells, escaped (no compact form that names another spread), notes as legend
-    assert "35.00 $\\pm$ 7.07 [-28.53, 98.53] n=2 (1 dof) & 60.00 n=1 (no interval)" in tex and "\\footnotesize" in tex
+    assert tex.startswith("% needs \\usepackage{booktabs}; the notes: accuracy_xiong2021.notes.tex\n\\begin{table}[t]")
+    assert "\\caption{Accuracy (\\%), protocol xiong2021" in tex and "\\toprule" in tex and "\\bottomrule" in tex
+    # the Markdown cells, escaped (no compact form that names another spread); the notes in a file of their own
+    assert "35.00 $\\pm$ 7.07 [-28.53, 98.53] n=2 (1 dof) & 60.00 n=1 (no interval)" in tex and "\\item" not in tex
+    assert "\\begin{itemize}" in (out / "tables" / "accuracy_xiong2021.notes.tex").read_text()
     assert (out / "excluded.csv").read_text().startswith("file,kind,reason")
 
 

@@ -1,0 +1,47 @@
+"""The dispatch benchmark counts what a GPU step would launch (lra/bench/dispatches.py): a fixed
+count per variant, the accelerator path's (foreach AdamW, no CPU-only shortcut), side by side with
+linear attention's."""
+from __future__ import annotations
+
+from attention import graph_safe
+from lra.bench import dispatches
+from lra.bench.harness import build_step, count_dispatches
+
+import torch
+
+
+def tiny(variant: str, n: int = 32) -> dict:
+    (spec,) = dispatches.specs_for(variant, [n], 2, compiled=False)
+    spec["model"].update(d_model=16, d_ffn=32, n_layers=1, d_head=16)
+    return spec
+
+
+def test_a_count_is_the_same_every_time_and_tells_variants_apart():
+    one, two = dispatches.count_one(tiny("adamra_t2a")), dispatches.count_one(tiny("adamra_t2a"))
+    assert one["outermost_aten_ops"] == two["outermost_aten_ops"] > dispatches.count_one(tiny("linear"))["outermost_aten_ops"]
+    assert "foreach AdamW" in one["counted"] and "batch 2," in one["counted"]
+
+
+def test_the_count_takes_the_accelerator_path(monkeypatch):
+    """Counted with the accelerator branches on and a foreach AdamW: the per-parameter loop CPU's
+    default AdamW runs would count one update per parameter."""
+    seen = []
+    real = graph_safe.accelerator_branches
+
+    def spy():
+        seen.append(True)
+        return real()
+    monkeypatch.setattr(graph_safe, "accelerator_branches", spy)
+    spec = tiny("linear")
+    step, model, counted = build_step(spec, torch.device("cpu"))
+    foreach = count_dispatches(counted(), torch.device("cpu"), 2)["outermost_aten_ops"]
+    looped = count_dispatches(step, torch.device("cpu"), 2)["outermost_aten_ops"]
+    assert seen and looped > foreach + len(list(model.parameters()))
+
+
+def test_the_table_puts_each_count_beside_linear_and_its_target():
+    counts = {("linear", 1024): {"outermost_aten_ops": 500}, ("adamra_t2a", 1024): {"outermost_aten_ops": 600},
+              ("clustered", 1024): {"outermost_aten_ops": 1500}}
+    text = dispatches.table(counts, ["linear", "adamra_t2a", "clustered"], [1024])
+    assert "| adamra_t2a | 600 (1.20x) | <= 1.3x met |" in text
+    assert "| clustered | 1500 (3.00x) | <= 2.0x not met |" in text
