@@ -105,6 +105,7 @@ def check_variant_settings(cfg: DictConfig, conf_dir: Any = None) -> None:
     name = OmegaConf.select(cfg, "attention_name", throw_on_resolution_failure=False)
     path = (conf_dir or CONF_DIR) / "attention" / f"{name}.yaml"
     shipped = OmegaConf.to_container(OmegaConf.load(path)) if name and path.is_file() else {}
+    other_class = bool(shipped) and shipped.get("_target_") != node.get("_target_")  # attention._target_=my.Class
     values = OmegaConf.to_container(node, resolve=True)
     accepted = _signature_keys(target)
     problems = []
@@ -113,8 +114,10 @@ def check_variant_settings(cfg: DictConfig, conf_dir: Any = None) -> None:
             continue
         if accepted is not None and key not in accepted:
             close = suggest(f"attention.{key}", [f"attention.{a}" for a in sorted(accepted - SHAPE_ARGS)])
+            inherited = other_class and key in shipped
             problems.append(f"unknown setting attention.{key}: {node._target_} has no parameter '{key}'"
-                            + (f"; did you mean {close}?" if close else ""))
+                            + (f" (it comes from conf/attention/{name}.yaml, written for {shipped['_target_']}; "
+                               f"drop it with ~attention.{key})" if inherited else f"; did you mean {close}?" if close else ""))
             continue
         if isinstance(value, dict) and "_target_" in value:  # a nested object Hydra builds (ABC's tie)
             continue
@@ -125,7 +128,7 @@ def check_variant_settings(cfg: DictConfig, conf_dir: Any = None) -> None:
         if test(value):
             continue
         default = params[key].default if key in params else inspect.Parameter.empty
-        example_value = shipped[key] if key in shipped else default
+        example_value = shipped[key] if key in shipped and not other_class else default
         example = f", e.g. {_example(key, example_value)}" \
             if example_value is not inspect.Parameter.empty and test(example_value) else ""
         problems.append(f"{_show(key, value)} is invalid: it must be {words} ({target.__name__}'s {key}){example}")

@@ -59,3 +59,14 @@ def test_the_rules_come_from_the_type_hints() -> None:
     assert words == "a list of numbers" and test([1, 0.5]) and not test(0.5) and not test(["a"])
     test, words = expectation(int | None)
     assert words == "a whole number or null" and test(None) and test(3) and not test(True) and not test(2.5)
+
+
+def test_a_class_of_ones_own_is_told_which_inherited_setting_to_drop():
+    cfg = composed("softmax")
+    cfg.attention._target_ = "tests.planted_variants.IgnoresKeyMask"   # takes dropout: passes
+    check_variant_settings(cfg)
+    cfg.attention._target_ = "attention.linear.LinearAttention"          # has no dropout
+    with pytest.raises(ConfigError, match=r"unknown setting attention.dropout: attention.linear.LinearAttention has no "
+                                          r"parameter 'dropout' \(it comes from conf/attention/softmax.yaml, written for "
+                                          r"attention.softmax.SoftmaxAttention; drop it with ~attention.dropout\)"):
+        check_variant_settings(cfg)
