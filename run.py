@@ -34,7 +34,7 @@ from omegaconf import DictConfig
 from lra import CONF_DIR
 from lra.badinput import UserError, exit_user_error
 from lra.checks.build import check_build
-from lra.checks.config import check_config
+from lra.checks.config import PropertiesFailed, check_config
 from lra.checks.overrides import check_overrides
 from lra.checks.variant_settings import check_variant_settings
 
@@ -78,6 +78,14 @@ def main(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         result = checked_dispatch(cfg)
+    except PropertiesFailed as e:  # mode=check: the table said which and why
+        if not multirun:
+            raise SystemExit(1) from None
+        from lra.training.hydra_callbacks import record_job_outcome
+
+        log.error("job %s: %s", HydraConfig.get().job.num, e)
+        record_job_outcome("failed", str(e))
+        return None
     except Exception as e:
         from lra.training.wandb_check import explain
 

@@ -32,6 +32,12 @@ MODES = ("train", "test", "bench", "report", "check", "fetch")
 RESUME_MODES = ("auto", True, False)
 
 
+class PropertiesFailed(Exception):
+    """``mode=check``: the variant fails properties of the attention contract (lra/checks/variant.py).
+    Not a user error of the settings: ``run.py`` exits 1 (in a sweep, that job fails). Here, beside
+    the modes, so ``run.py`` names it without importing torch."""
+
+
 # ----------------------------------------------------------------------------- value rules
 @dataclass(frozen=True)
 class Rule:

@@ -4,7 +4,8 @@ The first command after writing a variant: it runs the properties of :mod:`lra.c
 :mod:`lra.checks.precision` (the ones the contract tests hold every config to) on the variant the
 config composes, with the command line's settings, at small sizes, and prints one row per property:
 its name, ``pass`` or ``FAIL``, and for a failure one sentence with the tensor, the magnitude and what
-usually causes it. Exit status 1 if any property fails.
+usually causes it. Exit status 1 if any property fails (in a sweep, ``-m attention=a,b``, that job
+fails and the others go on).
 
 A registered variant runs at :data:`lra.checks.contract.SMALL_STRUCTURE` for every setting the
 command line leaves at its config's value, so that 37 tokens span several blocks, segments and
@@ -24,6 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from lra.checks import contract
+from lra.checks.config import PropertiesFailed
 from lra.checks.contract import NamedFactory
 from lra.checks.precision import low_precision
 
@@ -153,17 +155,23 @@ def variant_of(cfg: DictConfig) -> NamedFactory:
 
 
 def run_check(cfg: DictConfig) -> dict:
-    """``mode=check``: print the table; exit status 1 when a property fails."""
+    """``mode=check``: print the table (at ``threads``, as a run); :class:`PropertiesFailed` when a
+    property fails."""
+    from lra.training.threads import apply_threads
+
     settings = cfg.get("check") or {}
     device = torch.device(str(settings.get("device", "cpu")))
     compile = bool(settings.get("compile", True))
     variant = variant_of(cfg)
     before = torch.get_num_threads()
-    outcomes = run_properties(variant, device, compile)
-    torch.set_num_threads(before)
+    apply_threads(cfg.get("threads"))
+    try:
+        outcomes = run_properties(variant, device, compile)
+    finally:
+        torch.set_num_threads(before)
     print(table(variant.name, outcomes, [] if compile else [("compiled step matches eager", "check.compile=false")]),
           flush=True)
     failed = [o.prop for o in outcomes if o.problem is not None]
     if failed:
-        raise SystemExit(1)
+        raise PropertiesFailed(f"attention={variant.name} fails {len(failed)} of {len(outcomes)} properties: {', '.join(failed)}")
     return {"variant": variant.name, "passed": [o.prop for o in outcomes]}

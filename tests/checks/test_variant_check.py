@@ -57,6 +57,9 @@ def test_run_py_mode_check(cli) -> None:
     assert bad.returncode == 1, bad.stderr
     assert "attention=tests.planted_variants.IgnoresKeyMask" in bad.stdout
     assert "padding invariance (eval)       FAIL" in bad.stdout and "padding leaks" in bad.stdout
+    # a sweep checks every variant: a failing one fails its job, the others go on
+    sweep = cli("-m", "mode=check", "attention=softmax,linear", "check.compile=false", check=False)
+    assert sweep.returncode == 0 and sweep.stdout.count("10 of 10 properties hold") == 2, sweep.stdout[-2000:]
 
 
 @pytest.mark.slow  # 28 configs, about 6 s
