@@ -4,6 +4,7 @@
     python run.py -m attention=softmax,linear task=listops,image # a sweep
     python run.py mode=bench attention=adamra                    # efficiency harness
     python run.py mode=report                                    # tables + plots from results/
+    python run.py mode=check attention=mine                      # the attention contract on one variant
     python run.py mode=fetch task=text                           # download + verify + prepare real data
     python run.py --help                                         # modes, presets, choices, first steps
 
@@ -33,8 +34,9 @@ from omegaconf import DictConfig
 from lra import CONF_DIR
 from lra.badinput import UserError, exit_user_error
 from lra.checks.build import check_build
-from lra.checks.config import check_config
+from lra.checks.config import PropertiesFailed, check_config
 from lra.checks.overrides import check_overrides
+from lra.checks.variant_settings import check_variant_settings
 
 log = logging.getLogger("run")
 
@@ -53,6 +55,10 @@ def dispatch(cfg: DictConfig) -> Any:
         from lra.bench.cli import run_bench
 
         return run_bench(cfg)  # checks its own settings first (lra.bench.harness.check_settings)
+    if cfg.mode == "check":
+        from lra.checks.variant import run_check
+
+        return run_check(cfg)  # the attention contract on one variant; exit status 1 on a failed property
     if cfg.mode == "report":
         from lra.report.build import run_report
 
@@ -63,6 +69,8 @@ def dispatch(cfg: DictConfig) -> Any:
 def checked_dispatch(cfg: DictConfig) -> Any:
     """Check everything that can be checked without the data (stages 2 and 3 of lra.checks), then run."""
     check_config(cfg)
+    if cfg.mode in ("train", "test", "bench", "check"):
+        check_variant_settings(cfg)  # the attention's settings against its class's signature (torch)
     if cfg.mode in ("train", "test"):
         check_build(cfg)
     return dispatch(cfg)
@@ -74,6 +82,14 @@ def main(cfg: DictConfig) -> float | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         result = checked_dispatch(cfg)
+    except PropertiesFailed as e:  # mode=check: the table said which and why
+        if not multirun:
+            raise SystemExit(1) from None
+        from lra.training.hydra_callbacks import record_job_outcome
+
+        log.error("job %s: %s", HydraConfig.get().job.num, e)
+        record_job_outcome("failed", str(e))
+        return None
     except Exception as e:
         from lra.training.wandb_check import explain
 
@@ -127,6 +143,9 @@ def cli(argv: list[str] | None = None) -> None:
         return
     if "mode=fetch" in argv:
         return fetch_cli(argv)
+    from lra.training.quiet import quiet_third_party
+
+    quiet_third_party()  # known third-party noise, each with its reason; never the suite's own warnings
     try:
         check_overrides(argv, CONF_DIR)  # stage 1 of lra.checks
     except UserError as e:

@@ -18,6 +18,21 @@ WHERE_SET = {"data dir": "LRA_DATA_DIR (or paths.data_dir)", "results dir": "LRA
              "checkpoint dir": "LRA_CHECKPOINT_DIR (or paths.checkpoint_dir)", "report out dir": "report.out_dir"}
 
 
+# Where each of the suite's folders is when no setting says: the environment variable, else a folder of
+# that name in the working directory. Every entry point reads them here (run.py through conf/config.yaml's
+# paths, whose ${oc.env:...} interpolations a test keeps equal to this table; python -m lra.bench and its
+# protocols through default_dir).
+FOLDERS: dict[str, tuple[str, str]] = {"data_dir": ("LRA_DATA_DIR", "data"),
+                                       "results_dir": ("LRA_RESULTS_DIR", "results"),
+                                       "checkpoint_dir": ("LRA_CHECKPOINT_DIR", "checkpoints")}
+
+
+def default_dir(key: str) -> Path:
+    """``paths.<key>`` as run.py resolves it: ``$LRA_RESULTS_DIR`` (for ``results_dir``), else ``./results``."""
+    env, fallback = FOLDERS[key]
+    return Path(os.environ.get(env) or fallback)
+
+
 def current_umask() -> int:
     """The process umask, read without changing it where Linux reports it (``/proc/self/status``;
     the set-and-restore fallback is not thread-safe, so it is only used elsewhere)."""

@@ -21,6 +21,7 @@ from typing import Callable
 import torch
 
 from attention.graph_safe import accelerator_branches, graph_safe
+from lra.checks.contract import compiled_step  # noqa: F401 - the variant check's compiled step, one copy
 from tests.tiny_network import step_batch, tiny_network, training_loss
 
 # The suite's Inductor tests compile to scalar C++ (``torch._inductor.config.patch(SCALAR_CPP)``,
@@ -85,37 +86,6 @@ def step_under_forbidden_syncs(name: str, padded: bool, **overrides) -> torch.Te
         loss = training_loss(net, ids, mask, label)
         loss.backward()
     return loss.detach()
-
-
-def compiled_step(name: str, padded: bool, steps: int = 2, backend: str | Callable = "inductor", n_layers: int = 1,
-                  part: str = "network", **overrides) -> list[tuple[torch.Tensor, dict, dict]]:
-    """Per step: (eager loss - compiled loss, eager grads, compiled grads) of two identical
-    networks: one built with ``graph_safe=True`` and run eagerly, one built without the flag and
-    compiled as ``trainer.compile`` compiles whatever the flag says (``fullgraph=True``, static
-    shapes), so its trace must be graph-safe by itself
-    (:func:`attention.graph_safe.graph_safe_active`) and have no graph break. The second step checks
-    that the state a step leaves (draw counters, centroids, redraws) compiles too.
-
-    ``part="attention"`` compiles only the first block's attention (projections and mixer, the code
-    that differs between configs) and runs the rest of the network eagerly: the same trace of the
-    attention, with about half the generated kernels (linformer: 13 of 23)."""
-    eager = tiny_network(name, n_layers, graph_safe=True, **overrides).train()
-    compiled = tiny_network(name, n_layers, graph_safe=False, **overrides).train()
-    compiled.load_state_dict(eager.state_dict())
-    torch._dynamo.reset()
-    target = compiled if part == "network" else compiled.encoder.blocks[0].attn
-    target.compile(fullgraph=True, dynamic=False, backend=backend)
-    ids, mask, label = step_batch(padded)
-    out = []
-    for _ in range(steps):
-        results = []
-        for net in (eager, compiled):
-            net.zero_grad(set_to_none=True)
-            loss = training_loss(net, ids, mask, label)
-            loss.backward()
-            results.append((loss.detach(), {n: p.grad for n, p in net.named_parameters() if p.grad is not None}))
-        out.append((results[0][0] - results[1][0], results[0][1], results[1][1]))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -52,3 +52,22 @@ def read_run(path: Path) -> tuple[set[str], dict[str, str]]:
             else:
                 summary[key] = item.value_json
     return keys, summary
+
+
+def read_run_info(path: Path) -> dict:
+    """The run's own fields as the offline log holds them (its first ``run`` record): W&B run id,
+    display name, group, job type, and the config keys it was given."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    info: dict = {"config": {}}
+    for raw in _payloads(Path(path).read_bytes()):
+        rec = pb.Record()
+        rec.ParseFromString(raw)
+        kind = rec.WhichOneof("record_type")
+        if kind == "run" and "id" not in info:
+            run = rec.run
+            info.update(id=run.run_id, name=run.display_name, group=run.run_group, job_type=run.job_type)
+            info["config"].update({item.key or "/".join(item.nested_key): item.value_json for item in run.config.update})
+        elif kind == "config":
+            info["config"].update({item.key or "/".join(item.nested_key): item.value_json for item in rec.config.update})
+    return info

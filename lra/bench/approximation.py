@@ -63,6 +63,7 @@ import torch
 from torch import Tensor
 
 from lra import CONF_DIR, ROOT
+from lra.files import default_dir
 
 log = logging.getLogger(__name__)
 LENGTHS = (256, 1024, 4096)
@@ -446,7 +447,7 @@ def listops_capture(checkpoint: str | Path | None, cache: Path, n_seq: int = 2, 
     if cached.exists():
         return torch.load(cached, weights_only=False)
     run_id = ckpt.parent.name
-    rec_path = _find_record(run_id, [cache, ckpt.parent.parent.parent, ROOT / "results"])
+    rec_path = _find_record(run_id, [cache, ckpt.parent.parent.parent, default_dir("results_dir")])
     if rec_path is None:
         raise FileNotFoundError(f"no run record {run_id}.json found for checkpoint {ckpt}")
     import json
@@ -608,9 +609,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tv-max-len", type=int, default=256, help="read the mixing matrix (TV distance) up to this N")
     p.add_argument("--tv-draws", type=int, default=2, help="draws whose mixing matrix is read (TV distance)")
     p.add_argument("--checkpoint", default=None, help="softmax ListOps checkpoint (default: a short training run)")
-    p.add_argument("--cache-dir", default=str(ROOT / "checkpoints" / "approximation-listops"))
+    p.add_argument("--cache-dir", default=str(default_dir("checkpoint_dir") / "approximation-listops"),
+                   help="the softmax ListOps run's cache (default: $LRA_CHECKPOINT_DIR/approximation-listops, else ./checkpoints/...)")
     p.add_argument("--no-time", action="store_true", help="skip the step-time measurements")
-    p.add_argument("--results-dir", default=str(ROOT / "results"), help="records go to <results-dir>/runs/")
+    p.add_argument("--results-dir", default=str(default_dir("results_dir")),
+                   help="records go to <results-dir>/runs/ (default: $LRA_RESULTS_DIR, else ./results, as run.py)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
@@ -647,6 +650,6 @@ def run_from_config(cfg: Any) -> dict[str, Any]:
                         int(cfg.seed))
     capture = None
     if any(s.startswith("listops") for s in settings.inputs):
-        capture = listops_capture(a.get("checkpoint"), Path(a.get("cache_dir") or ROOT / "checkpoints" / "approximation-listops"))
+        capture = listops_capture(a.get("checkpoint"), Path(a.get("cache_dir") or Path(cfg.paths.checkpoint_dir) / "approximation-listops"))
     paths = run(names, settings, cfg.paths.results_dir, capture)
     return {"records": [str(p) for p in paths]}

@@ -68,6 +68,7 @@ import torch.nn.functional as F
 
 from lra import CONF_DIR, ROOT
 from lra.badinput import ConfigError, UserError
+from lra.files import FOLDERS
 from lra.footprint import PeakMemory, count_parameters
 
 log = logging.getLogger(__name__)
@@ -557,7 +558,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true", help="torch.compile each step's model (fullgraph, graph-safe)")
     p.add_argument("--against-eager", action="store_true",
                    help="measure every variant compiled and eager, interleaved, and print compiled/eager ratios")
-    p.add_argument("--results-dir", default=None, help="also write one run record per variant here")
+    p.add_argument("--results-dir", default=os.environ.get(FOLDERS["results_dir"][0]) or None,
+                   help="also write one run record per variant here (default: $LRA_RESULTS_DIR when it is set, "
+                        "where run.py writes them; else no records)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:

@@ -28,9 +28,15 @@ from lra.files import ensure_writable
 
 log = logging.getLogger(__name__)
 # fetch downloads data and starts no run: run.py hands ``mode=fetch`` to lra.data.fetch before Hydra
-MODES = ("train", "test", "bench", "report", "fetch")
+MODES = ("train", "test", "bench", "report", "check", "fetch")
 RESUME_MODES = ("auto", True, False)
 PRETRAIN_OBJECTIVES = ("mlm", "causal")  # models.pretraining.OBJECTIVES (torch-free here; a test pins them equal)
+
+
+class PropertiesFailed(Exception):
+    """``mode=check``: the variant fails properties of the attention contract (lra/checks/variant.py).
+    Not a user error of the settings: ``run.py`` exits 1 (in a sweep, that job fails). Here, beside
+    the modes, so ``run.py`` names it without importing torch."""
 
 
 # ----------------------------------------------------------------------------- value rules
@@ -246,6 +252,8 @@ def check_config(cfg: DictConfig) -> list[str]:
     ablation = _ablation_problem()
     if ablation:
         problems.append(ablation)
+    if mode == "check":
+        problems += _check_mode_problems(cfg)
     ckpt = _select(cfg, "ckpt_path")
     if mode == "test" and not ckpt:
         problems.append("mode=test evaluates a trained checkpoint but no ckpt_path is given; pass "
@@ -263,6 +271,18 @@ def check_config(cfg: DictConfig) -> list[str]:
     if mode in ("train", "test", "bench"):
         _check_folders(cfg, mode)
     return _warnings(cfg, mode)
+
+
+def _check_mode_problems(cfg: DictConfig) -> list[str]:
+    """``mode=check``'s own settings (lra/checks/variant.py)."""
+    found = []
+    compile_ = _select(cfg, "check.compile")
+    if compile_ is not ABSENT and not isinstance(compile_, bool):
+        found.append(f"{_show('check.compile', compile_)} is invalid: it must be true or false, e.g. check.compile=false")
+    device = _select(cfg, "check.device")
+    if device is not ABSENT and device not in ("cpu", "cuda"):
+        found.append(_unknown_choice("check.device", device, ("cpu", "cuda")))
+    return found
 
 
 def _check_resolution(cfg: DictConfig) -> None:

@@ -38,9 +38,9 @@ from lra.report.arguments import check_compare_shape, check_metric, check_report
 from lra.report.cells import AccuracyGroup, accuracy_groups, order, row_text
 from lra.report.comparisons import ALPHA, SIGNIFICANT, declared_family, exploratory, run_pairs
 from lra.report.diagnostics import diagnostics_section
-from lra.report.efficiency import (MIN_FIT_MB, accuracy_label, accuracy_variants, bench_groups, efficiency_reference_table,
-                                   efficiency_table, ok_results, power_fits, smat_reference_table, smat_table,
-                                   training_points)
+from lra.report.efficiency import (MIN_FIT_MB, accuracy_label, accuracy_models, accuracy_variants, backbone_conflict,
+                                   bench_groups, efficiency_reference_table, efficiency_table, model_sizes, ok_results,
+                                   power_fits, smat_reference_table, smat_table, training_points)
 from lra.report.approximation import admit, approximation_section
 from lra.report.lengths import curves, length_data
 from lra.report.screening import KINDS, NOT_FINISHED, NOT_USED, Exclusion, Ledger, screen
@@ -99,6 +99,28 @@ def _accuracy_section(groups: list[AccuracyGroup], metric: str, pair: tuple[str,
     return tables, plots, averages, notices
 
 
+def smat_notices(benches: list, smats_scored: bool, averages: dict[str, dict[str, tuple[float, list[str]]]],
+                 groups: list[AccuracyGroup], smat_protocol: str, conflicts: list[str]) -> list[str]:
+    """One line each on why the report has no (scored) SMAT table, naming the setting or the runs that
+    would give one; and one per refused mix of backbones."""
+    if not benches and not groups:
+        return []
+    others = sorted(p for p, avgs in averages.items() if p != smat_protocol and len(avgs) >= 2)
+    switch = (f"; protocol {', '.join(others)} has complete accuracy rows: report.smat_protocol={others[0]}"
+              if len(averages.get(smat_protocol, {})) < 2 and others else "")
+    notices = [f"SMAT refused for {c}" for c in conflicts]
+    if not any(g.protocol == "smat" for g in benches):
+        need = ("" if len(averages.get(smat_protocol, {})) >= 2 else
+                f" and complete accuracy rows (every task) of at least two variants in protocol {smat_protocol}")
+        notices.append(f"No SMAT table: it needs smat bench records of at least two variants (python run.py -m mode=bench "
+                       f"bench.protocol=smat attention=softmax,<variant>){need}{switch}.")
+    elif not smats_scored:
+        notices.append(f"The SMAT table scores no variant (each row says why): it needs two variants with speed, "
+                       f"resolved memory and a complete accuracy row in protocol {smat_protocol} "
+                       f"(report.smat_protocol){switch}.")
+    return notices
+
+
 def _bubble_intervals(points: list[TradeoffPoint], group: AccuracyGroup | None, metric: str) -> dict[str, tuple[float, float]]:
     """The 95% interval of each bubble's accuracy: its row's Avg interval in ``group`` (the across table's)."""
     found = {}
@@ -111,7 +133,7 @@ def _bubble_intervals(points: list[TradeoffPoint], group: AccuracyGroup | None, 
 
 def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str, tuple[float, list[str]]]],
                         groups: list[AccuracyGroup], smat_protocol: str, palette: Any, metric: str = "test_acc"
-                        ) -> tuple[list[Table], dict[str, bytes], str | None]:
+                        ) -> tuple[list[Table], dict[str, bytes], str | None, list[str]]:
     from lra.report.plots import bubble_chart, scaling_plot
 
     tables: list[Table] = []
@@ -132,14 +154,22 @@ def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str
     title, ylabel, drawn = "this suite", "accuracy (%)", smat_protocol
     smat_avgs = averages.get(smat_protocol, {})
     smats = [g for g in benches if g.protocol == "smat"]
-    variants = accuracy_variants(next((g for g in groups if g.protocol == smat_protocol and not g.custom), None))
+    acc_group = next((g for g in groups if g.protocol == smat_protocol and not g.custom), None)
+    variants, models = accuracy_variants(acc_group), accuracy_models(acc_group)
+    elsewhere = {a: [p for p in sorted(averages) if p != smat_protocol and a in averages[p]]
+                 for p_avgs in averages.values() for a in p_avgs}
+    conflicts = []
     for g in smats:  # the bubble chart shows the first setup with complete points
-        t, pts, acc_label = smat_table(g, smat_avgs, smat_protocol, variants)
+        t, pts, acc_label = smat_table(g, smat_avgs, smat_protocol, variants, models, elsewhere)
         tables.append(t)
+        clash = sorted({c for a in g.members if a in smat_avgs and a in g.runs
+                        and (c := backbone_conflict(model_sizes(g.runs[a].rec), models.get(a)))})
+        conflicts += [f"{g.title}: {c}" for c in clash]
         if pts and not points:
             points, title, ylabel = pts, f"this suite: smat bench, {g.title}; accuracy = {acc_label}", acc_label
     if smats:
         tables.append(smat_reference_table())
+    notices = smat_notices(benches, bool(points), averages, groups, smat_protocol, conflicts)
     if not points:  # no smat bench: the accuracy runs' own throughput
         by_protocol = {g.protocol: g for g in groups if not g.custom}
         for protocol in sorted(by_protocol, key=lambda p: (p != smat_protocol, p)):
@@ -151,13 +181,13 @@ def _efficiency_section(runs: list, ledger: Ledger, averages: dict[str, dict[str
                 break
     refs: list[TradeoffPoint] = [(m, s, mb, a) for m, (s, mb, a, _) in ref.ADAMRA_TABLE3.items()]
     if palette is None:
-        return tables, plots, (title if points else None)
+        return tables, plots, (title if points else None), notices
     colours = {p[0]: palette.style(p[0])["color"] for p in points}
     plots["plots/bubble.png"] = bubble_chart(points, refs, "this suite", ref.TABLE3_SOURCE, ylabel, colours,
                                              intervals=_bubble_intervals(points, next(
                                                  (g for g in groups if g.protocol == drawn and not g.custom), None), metric),
                                              variants=ref.VARIANT)
-    return tables, plots, (title if points else None)
+    return tables, plots, (title if points else None), notices
 
 
 def excluded_csv(ledger: Ledger) -> str:
@@ -282,7 +312,9 @@ def build_tables(results_dir: str | Path, *, metric: str = "test_acc", smat_prot
     diagnostics, diagnostics_notices = diagnostics_section(groups, results_dir)   # ListOps: lra/report/diagnostics.py
     tables, notices = tables + diagnostics, notices + diagnostics_notices
     placed = {r.run_id for g in groups for r in g.runs()}
-    eff_tables, eff_plots, bubble = _efficiency_section(runs, ledger, averages, groups, smat_protocol, palette, metric)
+    eff_tables, eff_plots, bubble, smat_lines = _efficiency_section(runs, ledger, averages, groups, smat_protocol, palette,
+                                                                    metric)
+    notices += smat_lines
     tables += eff_tables
     pngs.update(eff_plots)
     approx_tables, approx_plots, approx_files = approximation_section(admit(results_dir, ledger), palette)

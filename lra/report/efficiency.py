@@ -292,10 +292,15 @@ SMAT_CSV = ["attention", "source", "speed", "s_norm", "peak_mb", "m_norm", "accu
 
 
 def smat_table(g: BenchGroup, averages: dict[str, tuple[float, list[str]]], protocol: str,
-               accuracy_variants: dict[str, set[str]] | None = None) -> tuple[Table, list[TradeoffPoint], str]:
+               accuracy_variants: dict[str, set[str]] | None = None,
+               accuracy_models: dict[str, list[dict[str, Any]]] | None = None,
+               complete_elsewhere: dict[str, list[str]] | None = None) -> tuple[Table, list[TradeoffPoint], str]:
     """The table at one N, the compared set's points (for the bubble chart) and the accuracy's label.
     ``accuracy_variants``: attention -> the JSON of the variant settings of its accuracy runs (the
-    identity check: a bench of other attention settings is another model)."""
+    identity check: a bench of other attention settings is another model); ``accuracy_models``:
+    attention -> the backbones of its accuracy runs (speed from one backbone is never combined with
+    accuracy from another: :func:`backbone_conflict`); ``complete_elsewhere``: attention -> the other
+    protocols with a complete accuracy row for it (named in the reason, with the setting to use one)."""
     length = max((n for b in g.members.values() for n in ok_results(b)), default=0)
     points: list[SmatPoint] = []
     why: dict[str, str] = {}
@@ -312,9 +317,14 @@ def smat_table(g: BenchGroup, averages: dict[str, tuple[float, list[str]]], prot
         elif r["peak_mb"] < MIN_FIT_MB:
             why[attn] = f"memory unresolved (<{MIN_FIT_MB:g} MB): not ranked"
         elif avg is None:
-            why[attn] = f"no complete accuracy row in protocol {protocol}"
+            others = (complete_elsewhere or {}).get(attn) or []
+            why[attn] = f"no complete accuracy row in protocol {protocol}" + (
+                f"; protocol {', '.join(others)} has one: report.smat_protocol={others[0]}" if others else "")
         elif known and bench_variant != "{}" and bench_variant not in known:
             why[attn] = "the bench measured other attention settings than the accuracy runs"
+        elif (conflict := backbone_conflict(model_sizes(g.runs[attn].rec) if attn in g.runs else {},
+                                            (accuracy_models or {}).get(attn))) is not None:
+            why[attn] = conflict
     tasks = next(iter(averages.values()))[1] if averages else []
     acc_label = accuracy_label(tasks, protocol)
     lra_avg = list(tasks) == list(ref.LRA_TASKS)
@@ -343,6 +353,34 @@ def smat_table(g: BenchGroup, averages: dict[str, tuple[float, list[str]]], prot
     if not lra_avg:
         table.notes.append("The accuracy term is not the LRA average (it needs all five tasks), so this is not the paper's SMAT.")
     return table, [p for p in points if p[0] in compared], acc_label  # type: ignore[misc]
+
+
+def model_sizes(rec: dict[str, Any]) -> dict[str, Any]:
+    """The backbone settings (:data:`MODEL_SIZES`) a record states."""
+    m = (rec.get("config") or {}).get("model") or {}
+    return {k: m[k] for k in MODEL_SIZES if k in m}
+
+
+def backbone_conflict(bench: dict[str, Any], accuracy: list[dict[str, Any]] | None) -> str | None:
+    """Why SMAT refuses to combine a bench on backbone ``bench`` with accuracy runs on ``accuracy``
+    (:func:`model_sizes` of each), or None when every setting both state agrees (or none is stated)."""
+    other = [m for m in accuracy or [] if any(k in bench and bench[k] != v for k, v in m.items())]
+    if not bench or not other:
+        return None
+    label = lambda m: model_label({"config": {"model": m}})  # noqa: E731
+    differ = sorted({k for m in other for k, v in m.items() if k in bench and bench[k] != v})
+    return (f"another backbone: speed measured on model {label(bench)} (smat bench), accuracy on model "
+            f"{' / '.join(sorted({label(m) for m in other}))} (accuracy runs; {', '.join('model.' + k for k in differ)} "
+            f"differ); not combined: run the smat bench with the accuracy runs' model settings")
+
+
+def accuracy_models(group: AccuracyGroup | None) -> dict[str, list[dict[str, Any]]]:
+    """attention -> the backbones (:func:`model_sizes`) of its protocol row's runs (SMAT's backbone check)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (attn, labels), per in (group.rows.items() if group is not None else []):
+        if not labels:
+            out[attn] = [model_sizes(r.rec) for c in per.values() for r in c.runs.values()]
+    return out
 
 
 def accuracy_variants(group: AccuracyGroup | None) -> dict[str, set[str]]:

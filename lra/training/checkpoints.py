@@ -135,7 +135,7 @@ class LastCheckpoint(Checkpoint):
         return due
 
     def save_now(self, trainer: pl.Trainer) -> None:
-        trainer.save_checkpoint(self.path)
+        trainer.save_checkpoint(self.path, weights_only=False)  # said, so Lightning does not log that it defaulted
         self.saved_step, self.pending = trainer.global_step, False
         self._last_time = time.monotonic()
 

@@ -7,7 +7,6 @@ import logging
 import os
 import socket
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from lra.training.fingerprint import behavioural_fingerprint
 from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, check_same_data, find_previous,
                                  identical_run_lock)
 from lra.training.threads import apply_threads
+from lra.training.wandb_run import is_wandb, record_link, wandb_settings
 from models.module import LRAModule
 from models.network import LRAClassifier
 
@@ -47,12 +47,17 @@ def build_module(cfg: DictConfig) -> LRAModule:
     )
 
 
-def build_trainer(cfg: DictConfig, ckpt_dir: Path, extra_callbacks: list | None = None) -> pl.Trainer:
+def build_trainer(cfg: DictConfig, ckpt_dir: Path, extra_callbacks: list | None = None,
+                  record: RunRecord | None = None) -> pl.Trainer:
     """The configured Trainer; checkpoints of this run go to ``ckpt_dir``, written atomically.
     ``extra_callbacks`` come after the configured ones (a :class:`LastCheckpoint` among them runs
-    after the best-checkpoint callback, which the exactness of ``last.ckpt`` relies on)."""
+    after the best-checkpoint callback, which the exactness of ``last.ckpt`` relies on). ``record``:
+    the run's record, which names its W&B run (:mod:`lra.training.wandb_run`) and is named in every
+    logger's config."""
     callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
-    loggers = [instantiate(c) for c in (cfg.get("logger") or {}).values() if c is not None]
+    run_id = record.data["run_id"] if record is not None else None
+    loggers = [instantiate(c, **(wandb_settings(cfg, c, run_id) if run_id and is_wandb(c) else {}))
+               for c in (cfg.get("logger") or {}).values() if c is not None]
     if not loggers:  # logger=none: callbacks that only feed a logger have nothing to do
         callbacks = [c for c in callbacks if not isinstance(c, LearningRateMonitor)]
     for cb in callbacks:
@@ -63,6 +68,8 @@ def build_trainer(cfg: DictConfig, ckpt_dir: Path, extra_callbacks: list | None 
     if cfg.trainer.get("enable_progress_bar", True) and not any(isinstance(c, ProgressBar) for c in callbacks):
         callbacks.append(StepProgressBar(forecast))  # counted in steps, ETA with validations
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    if record is not None:
+        resolved.update(record_link(str(record.path), record.data["run_id"]))
     for lg in loggers:
         lg.log_hyperparams(resolved)
     kwargs: dict[str, Any] = {}
@@ -203,7 +210,7 @@ def fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, st
         start_from_pretrained(cfg, module, record)  # starts from the pretrained encoder
     if resume_from:
         check_checkpoint(module, resume_from, own=not cfg.get("ckpt_path"))
-    trainer = build_trainer(cfg, stop.ckpt_dir, [stop, stop.last])
+    trainer = build_trainer(cfg, stop.ckpt_dir, [stop, stop.last], record=record)
     compiler = next((cb for cb in trainer.callbacks if isinstance(cb, CompileNetwork)), None)
     if compiler is not None:  # a bounded number of evaluation shapes, each one static graph
         datamodule.eval_width_multiple = max(1, int(cfg.task.max_len) // 8)
@@ -222,11 +229,7 @@ def _fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, s
     metrics: dict[str, Any] = {}
     if cfg.mode == "train":
         try:
-            with warnings.catch_warnings():
-                # Lightning cannot see that the training stream resumes exactly (StepStreamSampler
-                # starts at the restored step), and warns on every resume that it may not
-                warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable")
-                trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)  # its known noise: lra/training/quiet.py
         except (SIGTERMException, StopRequested):
             stop.requested = stop.requested or "SIGTERM"
         except SystemExit as e:  # Lightning turns a second Ctrl-C into exit(1) after its own clean-up

@@ -13,6 +13,7 @@ MODE_HELP = {  # every mode of lra.checks.config.MODES, in its order (a test kee
     "test": "evaluate a trained checkpoint: ckpt_path=<checkpoint_dir>/<run id>/best-<step>.ckpt",
     "bench": "speed and peak memory of one training step or block (no data needed)",
     "report": "tables and plots (accuracy, speed/memory, SMAT) from the run records in results/",
+    "check": "the attention contract on one variant in seconds: the first command after writing one",
     "fetch": "download, verify and prepare a task's real data: task=text|image|retrieval|listops|pathfinder|all",
 }
 FIRST_STEPS = (

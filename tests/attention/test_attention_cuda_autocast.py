@@ -1,5 +1,5 @@
 """Mixed-precision training as CUDA runs it, on CPU: every variant under CUDA autocast's dtype policy
-(:mod:`tests.cuda_autocast`), in bfloat16 and float16.
+(:mod:`lra.checks.cuda_autocast`), in bfloat16 and float16.
 
 CPU autocast keeps reductions, softmax, exp and LayerNorm in the low dtype; CUDA autocast runs them
 in float32. A custom autograd Function whose backward re-enters the forward's autocast therefore

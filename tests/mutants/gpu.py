@@ -1,7 +1,7 @@
 """Bugs that only a GPU or a cluster would show: CUDA autocast's dtypes, DDP, host syncs (issue 26),
 and the bench's dispatch counts, which say why a small step is slow on a GPU.
 
-The CUDA-autocast emulation (``tests/cuda_autocast.py``), the two-process DDP comparison and the
+The CUDA-autocast emulation (``lra/checks/cuda_autocast.py``), the two-process DDP comparison and the
 host-sync counts (``tests/host_syncs.py``) must each catch theirs."""
 from __future__ import annotations
 

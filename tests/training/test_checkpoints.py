@@ -73,3 +73,54 @@ def test_best_checkpoint_state_follows_its_folder_and_keeps_lightnings_key(tmp_p
     same.dirpath = old
     same.load_state_dict(saved.state_dict())
     assert same.best_model_path == f"{old}/best-20.ckpt" and same.best_model_score == 0.4
+
+
+class Clock:
+    """``time.monotonic`` of lra.training.checkpoints, set by the test (no sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def timed_trainer(step: int) -> SimpleNamespace:
+    trainer = fake_trainer(step)
+    trainer.strategy = SimpleNamespace(broadcast=lambda value: value)
+    return trainer
+
+
+def test_every_minutes_counts_from_the_last_save_whoever_made_it(tmp_path, monkeypatch):
+    """A timed save, and a save forced by a stop (save_now), both restart the every-minutes clock:
+    otherwise, after the first timed save, every later step would write a checkpoint."""
+    clock = Clock()
+    monkeypatch.setattr("lra.training.checkpoints.time.monotonic", clock)
+    last = LastCheckpoint(tmp_path, every_minutes=1)
+    saved = []
+    for step, seconds in ((1, 30), (2, 61), (3, 62), (4, 100), (5, 122)):
+        clock.now = 1000.0 + seconds
+        trainer = timed_trainer(step)
+        last.on_train_batch_end(trainer, None)
+        saved += [s for _, s in trainer.saved]
+    assert saved == [2, 5]                       # at 61 s, then 61 s later: not at every step after the first
+    clock.now = 1200.0
+    last.save_now(timed_trainer(6))              # a graceful stop's save
+    for step, seconds in ((7, 1230), (8, 1259)):
+        clock.now = seconds
+        trainer = timed_trainer(step)
+        last.on_train_batch_end(trainer, None)
+        assert trainer.saved == [], f"step {step}: saved {seconds - 1200:.0f} s after the stop's save"
+
+
+def test_an_unreadable_validation_schedule_defers_the_save(tmp_path):
+    """When Lightning's schedule cannot be read (another version: no ``_should_check_val_fx``), a due
+    save is deferred as if a validation followed: saved before a validation, a resumed run would skip it."""
+    from lra.training.checkpoints import validates_next
+
+    trainer = fake_trainer(5)
+    trainer.fit_loop.epoch_loop = SimpleNamespace()  # the rule is not there
+    assert validates_next(trainer) is True
+    last = LastCheckpoint(tmp_path, every_n_steps=5)
+    last.on_train_batch_end(trainer, None)
+    assert trainer.saved == [] and last.pending

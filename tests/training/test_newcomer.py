@@ -4,13 +4,16 @@ a sweep run twice trains nothing the second time. (tests/training/test_resume.py
 that a resumed run ends exactly where an uninterrupted one ends.)"""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 import torch
 
+from lra.training.wandb_run import wandb_id
 from tests.conftest import TINY_LISTOPS, run_cli
 from tests.training.test_resume import kill_at, records
+from tests.wandb_offline import read_run_info
 
 pytestmark = pytest.mark.slow
 DATA = [a for a in TINY_LISTOPS if not a.startswith("logger=")]  # the default logger, csv
@@ -80,3 +83,16 @@ def test_wandb_run_resumes_after_sigkill(tmp_path):
     fresh_run(tmp_path, args)
     done = finished_once(tmp_path, killed["run_id"], 48)
     assert done["resumed"] is True and done["config"]["logger"]["wandb"]
+    # one W&B run: both stretches logged offline under the results folder, under the one W&B id derived
+    # from the suite's run id (wandb sync merges them: resume="allow"), with the same name and group
+    logs = sorted((tmp_path / "results" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(logs) == 2 and not list(tmp_path.glob("outputs/*/*/wandb")), logs
+    # the folder and file of each stretch carry its W&B id (the SIGKILLed one flushed nothing else)
+    assert {p.stem.removeprefix("run-") for p in logs} == {wandb_id(done["run_id"])}
+    assert all(p.parent.name.endswith("-" + wandb_id(done["run_id"])) for p in logs)
+    info = read_run_info(logs[-1])   # the resumed stretch, which finished
+    assert info["id"] == wandb_id(done["run_id"]) and info["job_type"] == "train"
+    assert info["name"] == f"softmax_listops_xiong2021_s0_{done['run_id'].rsplit('-', 1)[-1]}"
+    assert info["group"].startswith("softmax-listops-xiong2021-")
+    assert json.loads(info["config"]["suite/run_id"]) == done["run_id"]
+    assert json.loads(info["config"]["suite/record"]).endswith(f"runs/{done['run_id']}.json")

@@ -74,7 +74,7 @@ def test_output_folders_are_unique_to_the_microsecond():
 
 
 class FakeTrainer(SimpleNamespace):
-    def save_checkpoint(self, path):
+    def save_checkpoint(self, path, weights_only=None):
         self.saved.append((str(path), self.global_step))
 
 

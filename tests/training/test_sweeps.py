@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 
 from tests.conftest import TINY_LISTOPS
-from tests.wandb_offline import read_run
+from tests.wandb_offline import read_run, read_run_info
 
 pytestmark = pytest.mark.slow
 
@@ -20,8 +20,10 @@ def records(cwd):
 def test_wandb_offline_run_per_job(cli):
     cli("-m", *[o for o in TINY_LISTOPS if o != "logger=none"], "logger=wandb", "trainer.max_steps=4", "trainer.log_every_n_steps=1",
         "task.val_every=2", "seed=0,1", env={"WANDB_MODE": "offline"})
-    runs = sorted(cli.cwd.glob("multirun/*/*/*/wandb/offline-run-*/run-*.wandb"))
+    runs = sorted(cli.cwd.glob("results/wandb/offline-run-*/run-*.wandb"))  # under the results folder
     assert len(runs) == 2, runs  # one W&B run per job
+    infos = [read_run_info(p) for p in runs]
+    assert len({i["group"] for i in infos}) == 1 and len({i["name"] for i in infos}) == 2  # seeds group together
     for path in runs:
         keys, summary = read_run(path)
         assert {"train/loss_step", "val/acc", "test/acc"} <= keys, keys

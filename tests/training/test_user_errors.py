@@ -56,6 +56,13 @@ CASES = [
     case("dropout-above-one", [*TINY, "model.dropout=1.5"], "model.dropout=1.5", "[0, 1)"),
     case("dropout-negative", [*TINY, "model.dropout=-0.1"], "model.dropout=-0.1", "[0, 1)"),
     case("attention-dropout", [*TINY, "attention.dropout=2"], "attention.dropout=2", "[0, 1)"),
+    # -- an attention variant's own settings, typed by its class's signature (lra/checks/variant_settings.py)
+    case("attention-eps-text", [*TINY, "attention=linear", "attention.eps=tiny"], "attention.eps='tiny'",
+         "must be a number", "attention.eps=1e-06"),
+    case("adamra-rates-scalar", [*TINY, "attention=adamra", "attention.rates=0.5"], "attention.rates=0.5",
+         "must be a list of numbers", "attention.rates=[0.5,0.125,0.03125]"),
+    case("variant-check-setting", ["mode=check", "attention=sparse", "attention.stride=x"], "attention.stride='x'",
+         "whole number or null"),
     case("d-model-zero", [*TINY, "model.d_model=0"], "model.d_model=0", ">= 1"),
     case("max-len-zero", [*TINY, "task.max_len=0"], "task.max_len=0", ">= 1"),
     case("batch-size-negative", [*TINY, "task.batch_size=-4"], "task.batch_size=-4", ">= 1"),
