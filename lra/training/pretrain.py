@@ -170,7 +170,7 @@ def _pretrain(pre: DictConfig, record: RunRecord, resume_from: str | None, stop:
     module = build_pretraining_module(pre)
     if resume_from:
         check_checkpoint(module, resume_from, own=True)
-    trainer = build_trainer(pre, stop.ckpt_dir, [stop, stop.last])
+    trainer = build_trainer(pre, stop.ckpt_dir, [stop, stop.last], record=record)  # its own W&B run, named by its record
     try:
         with warnings.catch_warnings():  # the training stream resumes exactly (see lra.training.train)
             warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable")

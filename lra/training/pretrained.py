@@ -55,9 +55,10 @@ def pretraining_config(cfg: DictConfig) -> DictConfig:
         pre.optim.lr = float(settings["lr"])
         if pre.get("callbacks") and pre.callbacks.get("checkpoint") is not None:
             pre.callbacks.checkpoint = None  # no best-validation weights: the last step's encoder is carried
-        for node in (pre.get("logger") or {}).values():  # its own log folder: the fine-tune's logger writes next to it
-            if isinstance(node, DictConfig) and "save_dir" in node:
-                node.save_dir = str(Path(str(cfg.paths.output_dir)) / MODE)
+        out = str(cfg.paths.output_dir)
+        for node in (pre.get("logger") or {}).values():  # a logger writing in the job's folder (CSV) gets its own
+            if isinstance(node, DictConfig) and "save_dir" in node and str(node.save_dir) == out:  # subfolder there
+                node.save_dir = str(Path(out) / MODE)
     return pre
 
 
