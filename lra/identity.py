@@ -180,4 +180,5 @@ def behaviour_difference(one: Mapping[str, Any] | None, other: Mapping[str, Any]
             if not abs(x - y) <= BEHAVIOUR_ATOL + BEHAVIOUR_RTOL * max(abs(x), abs(y)):
                 where = f"of step {i + 1}" if field == "losses" else f"{i}"
                 return f"{what} {where}: {x:.6g} against {y:.6g}"
-    return None
+    inner = behaviour_difference(one.get("pretraining"), other.get("pretraining"))  # a fine-tune's start
+    return None if inner is None else f"its self-pretraining's {inner}"

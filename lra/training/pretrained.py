@@ -93,6 +93,16 @@ def _chosen(cfg: DictConfig, key: str) -> dict[str, Any] | None:
     return find_previous(cfg.paths.results_dir, key, mode=MODE)[1]
 
 
+def pretraining_behaviour(cfg: DictConfig) -> dict[str, Any] | None:
+    """The behavioural fingerprint of the pretraining a fine-tune starts from (the stage's choice),
+    without its bookkeeping: part of the fine-tune's own, so a fine-tune of another pretraining code
+    is another experiment (trained anew, pooled apart), while the seeds of one experiment, each with
+    its own pretraining of the same code, still agree."""
+    finished = _chosen(cfg, run_key(pretraining_config(cfg)))
+    fp = (finished or {}).get("fingerprint") or {}
+    return {k: fp[k] for k in ("version", "losses", "logits") if k in fp} or None
+
+
 def start_from_pretrained(cfg: DictConfig, module: pl.LightningModule, record: RunRecord) -> None:
     """Load the pretrained embeddings and encoder into a fresh fine-tune, and name the pretraining
     in the fine-tune's record."""

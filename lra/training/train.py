@@ -25,6 +25,7 @@ from lra.training.compile import CompileNetwork, trainer_settings
 from lra.identity import behaviour_difference, run_key
 from lra.stamp import source_sha1
 from lra.training.fingerprint import behavioural_fingerprint
+from lra.training.pretrained import pretraining_behaviour
 from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, check_same_data, find_previous,
                                  identical_run_lock)
 from lra.training.threads import apply_threads
@@ -137,6 +138,8 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | AlreadyFinished, str | None]:
         return NullRecord(os.environ[ENV_RUN_ID]), os.environ.get(ENV_RESUME_FROM) or None
     key = run_key(cfg)
     behaviour = behavioural_fingerprint(cfg, build_module)
+    if cfg.get("pretrain") is not None and cfg.mode == "train":  # a fine-tune: and what it starts from
+        behaviour["pretraining"] = pretraining_behaviour(cfg)
     if cfg.get("ckpt_path"):  # explicit checkpoint: a new record that starts from it
         return new_record(cfg, cfg.mode, run_key=key, fingerprint=behaviour), str(cfg.ckpt_path)
     if cfg.mode != "train" or mode is False:

@@ -17,6 +17,7 @@ import torch
 
 from attention.registry import variant_names
 from tests.conftest import ROOT
+from lra.identity import behaviour_difference
 from tests.killpoints import pause_fifos
 
 SMALL = ["experiment=quick", "+pretrain=mlm", "model=tiny", "logger=none", "trainer.enable_progress_bar=false",
@@ -217,3 +218,25 @@ def test_a_graceful_stop_while_pretraining_resumes_exactly(server, data, uninter
     assert pre["status"] == "interrupted" and not records(tmp_path, "train")
     server.run(RESUME, tmp_path, env(tmp_path, data))
     assert_same(outcome(tmp_path), uninterrupted)
+
+
+def test_a_fine_tune_of_another_pretraining_code_is_trained_again(server, data, tmp_path):
+    """The fine-tune's fingerprint holds its pretraining's: when the pretraining is redone by code
+    that behaves differently, the same command fine-tunes anew from it (never 'already finished'),
+    and the two fine-tunes' fingerprints differ in what they started from."""
+    server.run(QUICK, tmp_path, env(tmp_path, data))
+    (pre,) = records(tmp_path, "pretrain")
+    (first,) = records(tmp_path, "train")
+    assert first["fingerprint"]["pretraining"]["losses"] == pre["fingerprint"]["losses"]
+    old = {**pre["fingerprint"], "losses": [v + 1.0 for v in pre["fingerprint"]["losses"]]}  # as if other code made both
+    runs = tmp_path / "results" / "runs"
+    (runs / f"{pre['run_id']}.json").write_text(json.dumps({**pre, "fingerprint": old}))
+    (runs / f"{first['run_id']}.json").write_text(json.dumps({**first, "fingerprint": {**first["fingerprint"], "pretraining": old}}))
+    again = server.run(QUICK, tmp_path, env(tmp_path, data))
+    assert "already finished" not in again.stdout + again.stderr
+    fine = records(tmp_path, "train")
+    assert len(fine) == 2 and all(r["status"] == "finished" for r in fine)
+    (second,) = [r for r in fine if r["run_id"] != first["run_id"]]
+    assert second["pretraining"]["run_id"] != pre["run_id"]
+    said = behaviour_difference(first["fingerprint"] | {"pretraining": old}, second["fingerprint"])
+    assert said is not None and said.startswith("its self-pretraining's training loss"), said
