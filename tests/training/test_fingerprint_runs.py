@@ -9,24 +9,13 @@ import csv
 import pytest
 
 from tests.conftest import TINY_LISTOPS
-from tests.forkrun import RunServer
-from tests.training.test_resume import env, kill_at, records
+from tests.training.test_resume import data, env, kill_at, records, server  # noqa: F401 - fixtures shared
 
 pytestmark = pytest.mark.slow
 ARGS = [*TINY_LISTOPS, "trainer.max_steps=4", "task.val_every=2", "checkpointing.every_n_steps=1",
         "trainer.enable_progress_bar=false"]
 CHANGED, SAME = "tests.code_edits:changed_behaviour", "tests.code_edits:same_behaviour"
 
-
-@pytest.fixture(scope="module")
-def server():
-    with RunServer() as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tmp_path_factory.mktemp("data")
 
 
 def said(proc) -> str:
