@@ -16,6 +16,7 @@ from typing import Any
 from lra.badinput import ConfigError, DataMissingError
 from lra.files import ensure_writable
 from lra.records import load_records, record_files
+from lra.report.cells import row_name
 from lra.report.screening import METRICS
 
 
@@ -27,7 +28,8 @@ def check_metric(metric: Any) -> str:
 
 
 def check_compare_shape(compare: Any) -> tuple[str, str] | None:
-    """None, or the two distinct variant names of ``report.compare``."""
+    """None, or the two distinct row names of ``report.compare``: variants, or a self-pretrained row
+    against its from-scratch one (``'report.compare=["adamra +SPT(mlm)",adamra]'``)."""
     if compare is None:
         return None
     names = [str(compare)] if isinstance(compare, (str, int, float)) else [str(c) for c in compare]
@@ -52,7 +54,7 @@ def check_compare_names(pair: tuple[str, str] | None, results_dir: Path) -> None
     if pair is None:
         return
     records, _ = load_records(results_dir)
-    have = sorted({str(r["attention"]) for r in records if r.get("mode") == "train" and r.get("status") == "finished"})
+    have = sorted({row_name(r) for r in records if r.get("mode") == "train" and r.get("status") == "finished"})
     missing = [n for n in pair if n not in have]
     if missing:
         raise ConfigError(f"report.compare=[{pair[0]},{pair[1]}] names {', '.join(missing)}, which no finished training "

@@ -38,3 +38,18 @@ def test_spt_rows_stand_beside_the_from_scratch_rows_and_are_never_pooled(tmp_pa
     assert "adamra +SPT(mlm),softmax," not in sig
     assert "linear +SPT(mlm),pretrain.mask_ratio=0.25" in tables["accuracy_custom_quick"]
     assert "| `pretrain-softmax.json` | pretrain listops softmax seed 0 | mode=pretrain:" in md
+
+
+def test_report_compare_tests_a_self_pretrained_row_against_its_from_scratch_row(tmp_path):
+    """Tier 2's question (does self-pretraining change a variant's accuracy?): report.compare takes
+    the row names, and its exploratory table tests the pair seed by seed."""
+    from lra.report.arguments import check_compare_names
+
+    res = Results(tmp_path)
+    res.sweep("softmax", [80, 82, 84])
+    res.sweep("adamra", [78, 80, 81])
+    spt_runs(res, "adamra", [120, 122, 125])
+    check_compare_names(("adamra +SPT(mlm)", "adamra"), tmp_path)  # no error: both rows have finished runs
+    md, files, _ = res.report(compare=("adamra +SPT(mlm)", "adamra"))
+    (table,) = [v for k, v in files.items() if k.startswith("tables/compare_") and k.endswith(".csv")]
+    assert "adamra +SPT(mlm),adamra" in table, table
