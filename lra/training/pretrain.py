@@ -29,7 +29,6 @@ import io
 import logging
 import os
 import socket
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ from lra.records import RunRecord, hydra_overrides
 from lra.training.checkpoints import LAST
 from lra.training.pretrained import ENCODER, ENV_PRETRAINING, MODE, pretraining_config
 from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, check_same_data, find_previous,
-                                 identical_run_lock)
+                                 identical_run_lock, reopen_unfinished)
 from lra.training.threads import apply_threads
 from lra.training.fingerprint import behavioural_fingerprint
 from lra.training.train import (_commit_of, _finish_wandb, _what_changed, build_network, build_trainer, efficiency_fields,
@@ -140,13 +139,7 @@ def _plan(pre: DictConfig) -> tuple[RunRecord | dict[str, Any], str | None]:
     behaviour = behavioural_fingerprint(pre, build_pretraining_module)
     unfinished, finished = find_previous(pre.paths.results_dir, key, behaviour, mode=MODE)
     if unfinished is not None:
-        record = RunRecord.reopen(Path(pre.paths.results_dir) / "runs" / f"{unfinished['run_id']}.json")
-        last = Path(pre.paths.checkpoint_dir) / unfinished["run_id"] / LAST
-        if last.is_file():
-            record.update(status="running", resumed=True, resume_count=record.data.get("resume_count", 0) + 1, error=None)
-            return record, str(last)
-        record.update(status="running", restart_count=record.data.get("restart_count", 0) + 1, error=None)
-        return record, None
+        return reopen_unfinished(pre, unfinished)
     if finished is not None:
         return finished, None
     other_unfinished, other_finished = find_previous(pre.paths.results_dir, key, behaviour, same=False, mode=MODE)
@@ -172,9 +165,7 @@ def _pretrain(pre: DictConfig, record: RunRecord, resume_from: str | None, stop:
         check_checkpoint(module, resume_from, own=True)
     trainer = build_trainer(pre, stop.ckpt_dir, [stop, stop.last], record=record)  # its own W&B run, named by its record
     try:
-        with warnings.catch_warnings():  # the training stream resumes exactly (see lra.training.train)
-            warnings.filterwarnings("ignore", message=r".*your dataloader is not resumable")
-            trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+        trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)  # resume noise: lra.training.quiet
     except (SIGTERMException, StopRequested):
         stop.requested = stop.requested or "SIGTERM"
     except SystemExit:

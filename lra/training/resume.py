@@ -24,7 +24,7 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from lra.badinput import BadInputError, DataMissingError
 from lra.identity import behaviour_difference, run_key
 from lra.records import NullRecord, RunRecord, is_rank_zero, load_records
-from lra.training.checkpoints import LastCheckpoint, validates_next
+from lra.training.checkpoints import LAST, LastCheckpoint, validates_next
 
 RESUMABLE = ("running", "interrupted", "failed")
 LOCKED_MODES = ("train", "pretrain")  # runs that train: one process per identity (pretrain: lra/training/pretrain.py)
@@ -44,6 +44,18 @@ def find_previous(results_dir: str | Path, key: str, behaviour: dict | None = No
     unfinished = [r for r in mine if r["status"] in RESUMABLE and not still_running(r)]
     finished = [r for r in mine if r["status"] == "finished"]
     return (unfinished[-1] if unfinished else None), (finished[-1] if finished else None)
+
+
+def reopen_unfinished(cfg: DictConfig, data: dict[str, Any]) -> tuple[RunRecord, str | None]:
+    """An unfinished run's record, marked running again, and its ``last.ckpt`` to resume from (None:
+    killed before its first one, so it starts again from step 0 in the same record)."""
+    record = RunRecord.reopen(Path(cfg.paths.results_dir) / "runs" / f"{data['run_id']}.json")
+    last = Path(cfg.paths.checkpoint_dir) / data["run_id"] / LAST
+    if last.is_file():
+        record.update(status="running", resumed=True, resume_count=record.data.get("resume_count", 0) + 1, error=None)
+        return record, str(last)
+    record.update(status="running", restart_count=record.data.get("restart_count", 0) + 1, error=None)
+    return record, None
 
 
 def boot_id() -> str | None:

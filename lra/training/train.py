@@ -27,7 +27,7 @@ from lra.stamp import source_sha1
 from lra.training.fingerprint import behavioural_fingerprint
 from lra.training.pretrained import pretraining_behaviour
 from lra.training.resume import (GracefulStop, StopRequested, boot_id, check_checkpoint, check_same_data, find_previous,
-                                 identical_run_lock)
+                                 identical_run_lock, reopen_unfinished)
 from lra.training.threads import apply_threads
 from lra.training.wandb_run import is_wandb, record_link, wandb_settings
 from models.module import LRAModule
@@ -145,17 +145,12 @@ def _plan(cfg: DictConfig) -> tuple[RunRecord | AlreadyFinished, str | None]:
     if cfg.mode != "train" or mode is False:
         return new_record(cfg, cfg.mode, run_key=key, fingerprint=behaviour), None
     unfinished, finished = find_previous(cfg.paths.results_dir, key, behaviour)
-    if unfinished is not None:
-        last = Path(cfg.paths.checkpoint_dir) / unfinished["run_id"] / LAST
-        record = RunRecord.reopen(Path(cfg.paths.results_dir) / "runs" / f"{unfinished['run_id']}.json")
+    has_last = unfinished is not None and (Path(cfg.paths.checkpoint_dir) / unfinished["run_id"] / LAST).is_file()
+    if unfinished is not None and (has_last or mode == "auto"):  # resume=true needs a checkpoint to resume from
+        record, resume_from = reopen_unfinished(cfg, unfinished)
         if not record.data.get("fingerprint"):  # a record from before fingerprints: measured from this resume on
-            record.update(fingerprint={**behaviour, "measured_at_resume": record.data.get("resume_count", 0) + 1})
-        if last.is_file():
-            record.update(status="running", resumed=True, resume_count=record.data.get("resume_count", 0) + 1, error=None)
-            return record, str(last)
-        if mode == "auto":  # killed before its first last.ckpt: start again from step 0, in the same record
-            record.update(status="running", restart_count=record.data.get("restart_count", 0) + 1, error=None)
-            return record, None
+            record.update(fingerprint={**behaviour, "measured_at_a_resume": True})
+        return record, resume_from
     other_unfinished, other_finished = find_previous(cfg.paths.results_dir, key, behaviour, same=False)
     if other_unfinished is not None and finished is None:
         raise BadInputError(
@@ -235,7 +230,7 @@ def _fit_and_test(cfg: DictConfig, record: RunRecord, resume_from: str | None, s
             trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)  # its known noise: lra/training/quiet.py
         except (SIGTERMException, StopRequested):
             stop.requested = stop.requested or "SIGTERM"
-        except SystemExit as e:  # Lightning turns a second Ctrl-C into exit(1) after its own clean-up
+        except SystemExit:  # Lightning turns a second Ctrl-C into exit(1) after its own clean-up
             if trainer.interrupted:
                 raise KeyboardInterrupt(f"stopped at once at step {trainer.global_step}; {_resume_hint(stop)}") from None
             raise

@@ -28,8 +28,8 @@ MUTANTS = [
     Mutant("pretrain-no-lock", "lra/training/resume.py",
            'LOCKED_MODES = ("train", "pretrain")', 'LOCKED_MODES = ("train",)',
            "two jobs that need one pretraining both pretrain", (f"{RUNS}::test_two_fine_tunes_started_together_pretrain_once",)),
-    Mutant("pretrain-restarts-instead-of-resuming", "lra/training/pretrain.py",
-           "            return record, str(last)\n", "            return record, None\n",
+    Mutant("pretrain-restarts-instead-of-resuming", "lra/training/resume.py",
+           "        return record, str(last)\n", "        return record, None\n",
            "a killed pretraining starts again from step 0 (same numbers, the work redone)",
            (f"{RUNS}::test_killed_while_pretraining_the_same_command_resumes_it_then_fine_tunes",)),
 ]
