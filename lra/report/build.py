@@ -250,7 +250,8 @@ RULES = [
     "unrounded figures.",
     "Runs pool into a cell only when their experiment identity (lra/identity.py: the resume key's definition, without "
     "the seed and the settings that follow it in that run) and their test set (label/length fingerprint) are "
-    "equal; a run whose protocol-defining settings differ from its protocol's runs, on the command line or in its "
+    "equal and their code behaves alike (their behavioural fingerprints agree: lra/training/fingerprint.py); a run "
+    "whose protocol-defining settings differ from its protocol's runs, on the command line or in its "
     "config, is a custom row; each cell's config hash, seeds, commits and test-set size are in its cells table.",
 ]
 
