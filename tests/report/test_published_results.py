@@ -20,7 +20,7 @@ def report_files(folder: Path) -> dict[str, bytes]:
 
 def test_results_ships_a_published_folder():
     assert [p.name for p in PUBLISHED] == ["approximation-cpu", "efficiency-h200", "linear-unnormalised-listops-cpu",
-                                          "xiong2021-listops-cpu", "xiong2021-listops-h200"]
+                                          "xiong2021-listops-cpu", "xiong2021-listops-h200", "xiong2021-spt-listops-cpu"]
 
 
 @pytest.mark.slow
