@@ -47,16 +47,23 @@ def _signature_keys(target: Any) -> set[str] | None:
     return None
 
 
-def _check_target_keys(node: Any, where: str) -> None:
+def import_target(node: Any, where: str, fix: str = "check the name") -> Any:
+    """The object ``node._target_`` names (None when ``node`` has no ``_target_``); one error line
+    naming ``where`` when it cannot be imported."""
     if not isinstance(node, DictConfig) or "_target_" not in node:
-        return
+        return None
     from hydra.utils import get_object
 
     try:
-        target = get_object(str(node._target_))
+        return get_object(str(node._target_))
     except Exception as e:  # noqa: BLE001
-        raise ConfigError(f"{where}._target_={node._target_} cannot be imported ({type(e).__name__}: {e}); "
-                          f"check the name") from None
+        raise ConfigError(f"{where}._target_={node._target_} cannot be imported ({type(e).__name__}: {e}); {fix}") from None
+
+
+def _check_target_keys(node: Any, where: str) -> None:
+    target = import_target(node, where)
+    if target is None:
+        return
     accepted = _signature_keys(target)
     if accepted is None:
         return

@@ -20,7 +20,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from lra.badinput import ConfigError
-from lra.checks.build import HYDRA_KEYS, _signature_keys
+from lra.checks.build import HYDRA_KEYS, _signature_keys, import_target
 from lra.checks.overrides import suggest
 
 SHAPE_ARGS = {"self", "n_heads", "head_dim", "max_len", "layer_idx"}  # the shell passes these
@@ -84,18 +84,13 @@ def _show(key: str, value: Any) -> str:
 def check_variant_settings(cfg: DictConfig, conf_dir: Any = None) -> None:
     """Every setting of ``cfg.attention`` against its class's signature; every problem at once, as
     one :class:`ConfigError`."""
-    from hydra.utils import get_object
-
     from lra import CONF_DIR
 
     node = cfg.get("attention")
-    if not isinstance(node, DictConfig) or "_target_" not in node:
+    target = import_target(node, "attention", "check the module and class name, e.g. "
+                           "attention._target_=attention.softmax.SoftmaxAttention")
+    if target is None:
         return
-    try:
-        target = get_object(str(node._target_))
-    except Exception as e:  # noqa: BLE001
-        raise ConfigError(f"attention._target_={node._target_} cannot be imported ({type(e).__name__}: {e}); "
-                          f"check the module and class name, e.g. attention._target_=attention.softmax.SoftmaxAttention") from None
     init = target.__init__ if inspect.isclass(target) else target
     try:
         hints = typing.get_type_hints(init)
