@@ -5,6 +5,8 @@ padding mask) wrapped by the shared :class:`attention.shell.MultiHeadAttention`.
 public name is the name of its YAML file under ``conf/attention/``; see :mod:`attention.registry`.
 """
 from attention.base import Mixer
+from attention.masking import zero_padded
+from attention.padding import Padding
 from attention.shell import MultiHeadAttention
 
-__all__ = ["Mixer", "MultiHeadAttention"]
+__all__ = ["Mixer", "MultiHeadAttention", "Padding", "zero_padded"]

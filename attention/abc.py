@@ -57,6 +57,7 @@ from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
 from attention.masking import key_bias, zero_padded
+from attention.padding import Padding
 
 CONTROLS = ("mlp", "random", "linformer", "segment")
 
@@ -138,11 +139,12 @@ class ABCAttention(Mixer):
         table = self.randint(self.memory_size, (max(n, self.max_len), rows, self.n_heads), device)
         return table[:n].permute(1, 2, 0).expand(b, self.n_heads, n)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         phi = self.control_vectors(mask, x)
         k_mem = phi.transpose(-1, -2) @ k                                 # eq. 3: [B, H, n, Dh]
         v_mem = phi.transpose(-1, -2) @ v
         used = (phi != 0).any(2)                                          # [B, H|1, n]
         bias = key_bias(used.flatten(0, 1), q.dtype).view(*used.shape[:2], 1, self.memory_size)
         out = F.scaled_dot_product_attention(q, k_mem, v_mem, attn_mask=bias, scale=1.0 / math.sqrt(self.head_dim))
-        return zero_padded(out, mask)
+        return zero_padded(out, pad)

@@ -63,8 +63,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.graph_safe import graph_safe_active, has_padding
+from attention.graph_safe import graph_safe_active
 from attention.masking import key_bias, pad_to_multiple
+from attention.padding import Padding
 
 FEATURE_MAPS = ("relu", "elu", "softmax")
 ROUTERS = ("learned", "random")
@@ -81,7 +82,7 @@ class Routing(NamedTuple):
     counts: list[int] | None      # group sizes, H * B + 1 (the last: padded queries)
     p_sel: Tensor | None          # [B * N] router probability of the chosen head (learned router)
     choice: Tensor | None = None  # graph-safe mode (order, counts None): the head per query [B, N]
-    maybe_padded: bool = True     # graph-safe mode: has_padding of the mask
+    maybe_padded: bool = True     # graph-safe mode: Padding.any
 
     @property
     def padded(self) -> bool:
@@ -207,7 +208,7 @@ class AdaMRAAttention(Mixer):
     def _phi(self, t: Tensor) -> Tensor:
         return F.relu(t) if self.feature_map == "relu" else F.elu(t) + 1.0
 
-    def _route(self, logits: Tensor | None, mask: Tensor) -> Routing:
+    def _route(self, logits: Tensor | None, pad: Padding) -> Routing:
         """Eq. 6 and the grouping of real queries by (head, batch row); padded queries go last, to
         no head. ``logits``: ``F(Q) = QW`` transposed, ``[H, B * N]``, or None for the random router.
 
@@ -215,8 +216,8 @@ class AdaMRAAttention(Mixer):
         sizes come to the host (``H * B + 1`` ints: one ``.tolist()`` per call, the variant's only
         host sync, needed because the per-head shapes are ragged). They are counted on the device
         with ``scatter_add``: ``bincount`` would add two syncs of its own. Graph-safe mode groups
-        nothing (:meth:`_attend_dense`); padding is then :func:`attention.graph_safe.has_padding`
-        (the host's statement, else "padded")."""
+        nothing (:meth:`_attend_dense`); padding is then ``pad.any``."""
+        mask = pad.mask
         b, n = mask.shape
         if logits is None:
             choice, p_sel = self.random_heads(mask), None
@@ -224,7 +225,7 @@ class AdaMRAAttention(Mixer):
             p_sel, choice = torch.softmax(logits, dim=0).max(0)              # eq. 6
             choice = choice.view(b, n)
         if graph_safe_active():   # no grouping: _attend_dense selects each query's head in place
-            return Routing(None, None, p_sel, choice, has_padding(mask))
+            return Routing(None, None, p_sel, choice, pad.any)
         groups = self.n_routed * b
         row = torch.arange(b, device=mask.device)[:, None]
         key = torch.where(mask, choice * b + row, groups).reshape(-1)
@@ -256,13 +257,14 @@ class AdaMRAAttention(Mixer):
         """``[B, M, S * Dh] -> [B, S, M, Dh]`` (a view)."""
         return t.unflatten(-1, (self.n_heads, self.head_dim)).transpose(1, 2)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         b, s, n, dh = q.shape
         # [B, S, N, Dh] -> [B, N, S * Dh]: a free view for the shell's tensors (they are head splits)
         full = lambda t: t.transpose(1, 2).reshape(b, n, s * dh)  # noqa: E731
         q_full = full(q)
         q_flat = q_full.reshape(b * n, s * dh)
-        routing = self._route(None if self.route is None else self.route.weight @ q_flat.t(), mask)
+        routing = self._route(None if self.route is None else self.route.weight @ q_flat.t(), pad)
         mems = []
         for h, (kv, valid) in enumerate(self._compressed(torch.cat([full(k), full(v)], -1), mask, routing.padded)):
             (wk, _), (wv, _) = self._head_map(None, None, h, 1), self._head_map(None, None, h, 2)
@@ -272,7 +274,7 @@ class AdaMRAAttention(Mixer):
         q_maps = [self._head_map(None, None, h, 0) for h in range(self.n_routed)]
         return self._attend(q_flat, q_maps, mems, routing, mask)
 
-    def forward_input(self, x: Tensor, mask: Tensor, q_proj: nn.Linear, k_proj: nn.Linear, v_proj: nn.Linear) -> Tensor:
+    def forward_input(self, x: Tensor, pad: Padding, q_proj: nn.Linear, k_proj: nn.Linear, v_proj: nn.Linear) -> Tensor:
         """``forward`` on the shell's projections, with every linear map applied where it is cheapest.
 
         AdaMRA only ever uses linear images of the shell's ``Q, K, V``: router logits ``Q W``,
@@ -281,13 +283,14 @@ class AdaMRAAttention(Mixer):
         ``b^K W^K_h``) act on the ``m_h`` means, each query is projected by ``W^Q W^Q_h`` in its
         routed head only, and the router reads ``X (W^Q W)``. Same function and parameters as
         ``forward`` (tests check values and gradients); it saves the three ``n d^2`` projections."""
+        mask = pad.mask
         b, n, _ = x.shape
         rows, bq = x.reshape(b * n, -1), q_proj.bias
         logits = None
         if self.route is not None:
             w = self.route.weight @ q_proj.weight
             logits = w @ rows.t() if bq is None else torch.addmm((self.route.weight @ bq)[:, None], w, rows.t())
-        routing = self._route(logits, mask)
+        routing = self._route(logits, pad)
         mems = []
         for h, (xbar, valid) in enumerate(self._compressed(x, mask, routing.padded)):
             wk, bk = self._head_map(k_proj.weight.t(), k_proj.bias, h, 1)

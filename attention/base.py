@@ -3,9 +3,10 @@
 A variant subclasses :class:`Mixer`. The shell (:mod:`attention.shell`) owns the q/k/v/output
 projections and head splitting; a mixer only mixes tokens per head::
 
-    mixer(q, k, v, mask, x) -> out            # q, k, v, out: [B, H, N, Dh]; mask: [B, N] bool
+    mixer(q, k, v, pad, x) -> out             # q, k, v, out: [B, H, N, Dh]; pad: Padding
 
-``mask`` is True for real tokens. Rules every mixer keeps (tests check them for all variants):
+``pad`` (:class:`attention.padding.Padding`) carries the bool mask ``[B, N]`` (True for real
+tokens), its lengths, and whether the batch has padding at all, decided once per batch on the host. Rules every mixer keeps (tests check them for all variants):
 
 * padded keys never receive weight; outputs at real positions do not depend on padded tokens;
 * a fully padded row gives finite output (zeros), never NaN;
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 
 from attention import counter_random
 from attention.graph_safe import GraphSafeError, graph_safe_active
+from attention.padding import Padding, as_padding
 
 
 def require_positive(*, hint: str = "", **settings: float) -> None:
@@ -189,11 +191,16 @@ class Mixer(nn.Module):
         ``max_len`` (one bucket or block holding every token: full attention); the run goes on, warned."""
         return []
 
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding | Tensor, x: Tensor) -> Tensor:
+        """``forward`` with ``pad`` as a :class:`~attention.padding.Padding` (a bool mask tensor is
+        wrapped, with one host read: a mixer called on its own, in a test or a tool)."""
+        return super().__call__(q, k, v, as_padding(pad), x)
+
     def forward_input(
-        self, x: Tensor, mask: Tensor, q_proj: nn.Linear | None, k_proj: nn.Linear | None, v_proj: nn.Linear,
+        self, x: Tensor, pad: Padding, q_proj: nn.Linear | None, k_proj: nn.Linear | None, v_proj: nn.Linear,
     ) -> Tensor:  # pragma: no cover
         """``forward`` on ``q_proj(x), k_proj(x), v_proj(x)`` (split in heads), computed in another order."""
         raise NotImplementedError
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:  # pragma: no cover
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:  # pragma: no cover
         raise NotImplementedError

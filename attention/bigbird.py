@@ -28,9 +28,8 @@ Choices the paper leaves open (and the fixes of known port defects), written dow
   whatever padding the batch adds (the plan of the padded length would make a padding block
   global and move the random blocks). Samples are processed in groups of equal ``nb`` (one pass
   when the batch has no padding). Host syncs: none for a batch without padding (decided once per
-  batch, :func:`attention.graph_safe.has_padding`); for a padded batch one ``.tolist()`` of the
-  ``B`` plan lengths, which the ragged plans need, read once per batch and shared by the layers
-  (:func:`attention.graph_safe.per_batch`; the groups are slices of one sort). No tensor is built
+  batch, ``Padding.any``); for a padded batch one ``.tolist()`` of the ``B`` plan lengths per
+  layer, which the ragged plans need (the groups are slices of one sort). No tensor is built
   from host data (the global slots come from ``arange``). Graph-safe mode (``torch.compile``)
   reads nothing: each sample's plan is built on the device from its own ``nb`` (a tensor), as one
   table ``[B, H, nb_max - 1, 2 + window + r]`` over every query block after the first, with the
@@ -53,8 +52,9 @@ from torch import Tensor
 
 from attention.base import Mixer
 from attention.blocks import block_sparse_attention, dense_rows, from_blocks, mask_blocks, slot_allow, to_blocks
-from attention.graph_safe import graph_safe_active, has_padding, per_batch
+from attention.graph_safe import graph_safe_active
 from attention.masking import zero_padded
+from attention.padding import Padding
 
 
 def plan_lengths(mask: Tensor, bs: int) -> tuple[Tensor, list[int]]:
@@ -119,15 +119,16 @@ class BigBirdAttention(Mixer):
         idx, valid = self._tables(nb, torch.full((), nb - 1, device=self.rand_priority.device))
         return idx[:, :-1], valid[:, :-1]
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         n, bs = q.shape[2], self.block_size
-        if not has_padding(mask):                                        # one plan for the whole batch
-            return self._attend(q, k, v, mask, padded=False)
+        if not pad.any:                                        # one plan for the whole batch
+            return self._attend(q, k, v, pad)
         if graph_safe_active():
-            return self._attend_per_sample(q, k, v, mask)
-        order, sizes = per_batch(mask, ("bigbird plan lengths", bs), lambda: plan_lengths(mask, bs))
+            return self._attend_per_sample(q, k, v, pad)
+        order, sizes = plan_lengths(mask, bs)
         if sizes[0] == sizes[-1] == math.ceil(n / bs):
-            return self._attend(q, k, v, mask, padded=True)
+            return self._attend(q, k, v, pad)
         out = None    # in the dtype of the attention (under autocast it need not be v's)
         start = 0
         for stop in range(1, len(sizes) + 1):
@@ -137,31 +138,33 @@ class BigBirdAttention(Mixer):
             if nb == 0:
                 continue
             cut = min(n, nb * bs)
-            part = self._attend(q[rows, :, :cut], k[rows, :, :cut], v[rows, :, :cut], mask[rows, :cut], padded=True)
+            part = self._attend(q[rows, :, :cut], k[rows, :, :cut], v[rows, :, :cut], Padding.of(mask[rows, :cut], True))
             out = part.new_zeros(v.shape) if out is None else out
             out = out.index_copy(0, rows, F.pad(part, (0, 0, 0, n - cut)))
         return torch.zeros_like(v) if out is None else out
 
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, padded: bool) -> Tensor:
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding) -> Tensor:
         """The BigBird pattern of the (cut) length of ``q``: every sample's last block is its last
-        real one. ``padded``: whether ``mask`` may have padding (True is always correct)."""
+        real one."""
+        mask = pad.mask
         n, bs = q.shape[2], self.block_size
         qs = q * (1.0 / math.sqrt(q.shape[-1]))
         qb, kb, vb, mb = to_blocks(qs, bs), to_blocks(k, bs), to_blocks(v, bs), mask_blocks(mask, bs)
         b, h, nb, _, d = qb.shape
         kf, vf, mf = kb.view(b, h, nb * bs, d), vb.view(b, h, nb * bs, d), mb.view(b, nb * bs)
         if nb <= 2:                                                      # all blocks global: exact softmax
-            return zero_padded(dense_rows(qs, kf, vf, mf)[:, :, :n], mask, padded)
+            return zero_padded(dense_rows(qs, kf, vf, mf)[:, :, :n], pad)
         idx, valid = self._table(nb)
         mid = block_sparse_attention(qb[:, :, 1:nb - 1], kb, vb, mb, idx, slot_allow(valid, bs))
         first = dense_rows(qb[:, :, 0], kf, vf, mf)
         last = dense_rows(qb[:, :, nb - 1], kf, vf, mf)
         out = torch.cat([first.unsqueeze(2), mid, last.unsqueeze(2)], dim=2)
-        return zero_padded(from_blocks(out, n), mask, padded)
+        return zero_padded(from_blocks(out, n), pad)
 
-    def _attend_per_sample(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+    def _attend_per_sample(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding) -> Tensor:
         """Graph-safe: every sample's own plan (its ``nb`` blocks up to its last real token) in
         static shapes, no host read. Equals the eager grouping by plan length."""
+        mask = pad.mask
         n, bs = q.shape[2], self.block_size
         qs = q * (1.0 / math.sqrt(q.shape[-1]))
         qb, kb, vb, mb = to_blocks(qs, bs), to_blocks(k, bs), to_blocks(v, bs), mask_blocks(mask, bs)
@@ -189,7 +192,7 @@ class BigBirdAttention(Mixer):
             out = torch.cat([first.unsqueeze(2), mid], dim=2)
         is_last = (blocks[None, :] == last[:, None])[:, None, :, None, None]             # [B, 1, nb, 1, 1]
         out = torch.where(is_last, final.unsqueeze(2), out)
-        return zero_padded(from_blocks(out, n), mask, padded=True)
+        return zero_padded(from_blocks(out, n), pad)
 
     def _tables(self, nb: int, last: Tensor) -> tuple[Tensor, Tensor]:
         """Key blocks of query blocks ``1..nb-1`` among ``nb`` blocks whose last real one is ``last``

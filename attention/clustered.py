@@ -80,6 +80,7 @@ from torch import Tensor
 from attention.base import Mixer, autocast_as, autocast_state, require_non_negative, require_positive
 from attention.graph_safe import host_reads_free
 from attention.masking import key_bias
+from attention.padding import Padding
 
 
 def hash_queries(q: Tensor, planes: Tensor) -> Tensor:
@@ -401,7 +402,8 @@ class ClusteredAttention(Mixer):
         """This call's SimHash directions ``[H, D, bits]`` (fresh in training, fixed in eval)."""
         return self.randn((h, d, self.bits), device)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         b, h, n, d = q.shape
         c = min(self.clusters, n)
         # The shell's heads are strided views; one copy here instead of one per flattening below.

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from attention.base import Mixer, autocast_as, autocast_state, require_positive
 from attention.graph_safe import fused_unless_graph_safe
+from attention.padding import Padding
 
 
 def elu_feature_map(x: Tensor, keep: Tensor | None = None, out: Tensor | None = None) -> Tensor:
@@ -125,7 +126,8 @@ class LinearAttention(Mixer):
         self.eps = eps
         self.normaliser = normaliser
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         keep = mask[:, None, :, None].to(q.dtype)
         if self.normaliser == "sqrt_len":
             return sqrt_len_linear_attention(q, k, v, keep, self.max_len)

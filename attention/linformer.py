@@ -23,7 +23,7 @@ Choices the paper leaves open, written down:
   over the same real rows of E, F); what no mask can undo is inherent to the method: a projected
   slot sums over however many tokens are real, so its scale depends on the length. Fully padded
   samples give zeros (all projected values are zero; padded query rows are zeroed). Whether the
-  batch has padding at all is decided once per batch (:func:`attention.graph_safe.has_padding`):
+  batch has padding at all is decided once per batch (``Padding.any``):
   an unpadded batch skips the three full-size mask passes.
 * The 1/sqrt(d) scale is applied to the projected keys (``[d, k]`` per head, the smallest tensor
   on the logits' path).
@@ -34,8 +34,8 @@ import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.graph_safe import has_padding
 from attention.masking import zero_padded
+from attention.padding import Padding
 
 
 class LinformerAttention(Mixer):
@@ -49,15 +49,15 @@ class LinformerAttention(Mixer):
         self.proj_k = nn.Parameter(torch.randn(max_len, self.k) * std)
         self.proj_v = None if share_kv else nn.Parameter(torch.randn(max_len, self.k) * std)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         n = q.shape[2]
         if n > self.max_len:
             raise ValueError(f"sequence length {n} exceeds linformer max_len {self.max_len}: set task.max_len")
         e = self.proj_k[:n].to(q.dtype)
         f = e if self.proj_v is None else self.proj_v[:n].to(q.dtype)
         # Decided once per batch, as softmax: an unpadded batch skips three full-size mask passes.
-        padded = has_padding(mask)
-        if padded:
+        if pad.any:
             keep = mask[:, None, :, None].to(q.dtype)
             k, v = k * keep, v * keep
         # Projected along the sequence in the shell's [B, N, H*d] memory (a view of the projection
@@ -67,4 +67,4 @@ class LinformerAttention(Mixer):
         k_proj_t = k_proj_t.view(b, self.k, h, d).permute(0, 2, 3, 1)            # [B, H, d, k]
         v_proj = (f.t() @ v.transpose(1, 2).reshape(b, n, h * d)).view(b, self.k, h, d).transpose(1, 2)  # F^T V
         out = (q @ k_proj_t).softmax(dim=-1) @ v_proj
-        return zero_padded(out, mask, padded)
+        return zero_padded(out, pad)

@@ -29,6 +29,7 @@ from torch import Tensor
 from attention.base import Mixer
 from attention.blocks import mask_blocks
 from attention.masking import neg_fill, zero_padded
+from attention.padding import Padding
 from attention.windows import WindowAttention, block_buffer
 
 
@@ -57,7 +58,8 @@ class LocalAttention(Mixer):
         blk = torch.arange(n) // self.block_size
         return (blk[:, None] - blk[None, :]).abs() <= self.window
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         b, h, n, d = q.shape
         bs = min(self.block_size, n)
         nb = -(-n // bs)
@@ -72,4 +74,4 @@ class LocalAttention(Mixer):
         out, _ = WindowAttention.apply(block_buffer(q, bs), block_buffer(k, bs, w), block_buffer(v, bs, w), bias,
                                        2 * w + 1, 1.0 / math.sqrt(d))
         out = out.view(b, h, nb * bs, d)[:, :, :n]
-        return zero_padded(out, mask)
+        return zero_padded(out, pad)

@@ -34,6 +34,7 @@ from attention.base import Mixer, require_non_negative
 from attention.blocks import (block_sparse_attention, dense_rows, from_blocks, mask_blocks, slot_allow, to_blocks,
                               window_table)
 from attention.masking import zero_padded
+from attention.padding import Padding
 
 
 class LongformerAttention(Mixer):
@@ -63,7 +64,8 @@ class LongformerAttention(Mixer):
         allowed[:, 0] = True
         return allowed
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         n = q.shape[2]
         half = self.window // 2
         bs = max(1, min(half, n))
@@ -79,4 +81,4 @@ class LongformerAttention(Mixer):
         out = from_blocks(block_sparse_attention(qb, kb, vb, mb, idx, allow, extra=glob), n)
         out0 = dense_rows(qs[:, :, :1], k, v, mask)                      # the global query row
         out = torch.cat([out0, out[:, :, 1:]], dim=2)
-        return zero_padded(out, mask)
+        return zero_padded(out, pad)

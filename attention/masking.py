@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from attention.graph_safe import has_padding
+from attention.padding import Padding
 
 
 def neg_fill(dtype: torch.dtype) -> float:
@@ -20,15 +20,14 @@ def key_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:
     return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(~mask, neg_fill(dtype))[:, None, None, :]
 
 
-def zero_padded(out: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
+def zero_padded(out: Tensor, pad: Padding) -> Tensor:
     """Zero the outputs ``[B, H, N, D]`` of padded query positions.
 
     A batch without padding (image, pathfinder, and most batches bucketed by length) returns
-    ``out`` itself, saving a full pass and its backward. ``padded`` as the caller knows it; None
-    asks :func:`attention.graph_safe.has_padding` (decided once per batch inside the network)."""
-    if not (has_padding(mask) if padded is None else padded):
+    ``out`` itself, saving a full pass and its backward (``pad.any``, decided once per batch)."""
+    if not pad.any:
         return out
-    return out * mask[:, None, :, None].to(out.dtype)
+    return out * pad.mask[:, None, :, None].to(out.dtype)
 
 
 def pad_to_multiple(t: Tensor, multiple: int, dim: int, value: float = 0.0) -> Tensor:

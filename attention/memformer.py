@@ -93,6 +93,7 @@ from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
 from attention.masking import key_bias, pad_to_multiple, zero_padded
+from attention.padding import Padding
 
 MEMORY_MODES = ("unified", "per_layer")
 
@@ -215,7 +216,8 @@ class MemformerAttention(Mixer):
             mems.append(self.writer(mems[-1], kt, vt, mt))
         return torch.stack(mems, 1)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         b, _, n, _ = q.shape
         seg = lambda t: pad_to_multiple(t, self.segment_len, dim=2).unflatten(2, (-1, self.segment_len))  # noqa: E731
         qs, ks, vs = seg(q), seg(k), seg(v)                                               # [B, H, T, L, Dh]
@@ -232,4 +234,4 @@ class MemformerAttention(Mixer):
             else:
                 m0 = self.memory_init.expand(b, -1, -1)
                 out = out + self.read(qs, self.memories(m0, ks, vs, ms))
-        return zero_padded(out.flatten(2, 3)[:, :, :n], mask)
+        return zero_padded(out.flatten(2, 3)[:, :, :n], pad)

@@ -42,6 +42,7 @@ from torch import Tensor, nn
 from attention.base import Mixer, require_positive
 from attention.graph_safe import fused_unless_graph_safe
 from attention.masking import neg_fill, zero_padded
+from attention.padding import Padding
 
 
 def iterative_pinv(a: Tensor, iterations: int = 6) -> Tensor:
@@ -213,7 +214,8 @@ class NystromAttention(Mixer):
         """Depthwise convolution of ``v * keep`` along the sequence, one kernel per head shared by its channels."""
         return banded_depthwise_conv(v, keep, self.conv_weight.to(v.dtype))
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         m = self.num_landmarks
         dtype = q.dtype
         neg = neg_fill(dtype)
@@ -243,8 +245,8 @@ class NystromAttention(Mixer):
         land_v = (kernel_3 @ v) * valid[:, None, :, None].to(dtype)       # empty landmarks: no value
         mix = core @ land_v
         if self.conv_weight is None:
-            return zero_padded(kernel_1 @ mix, mask)
+            return zero_padded(kernel_1 @ mix, pad)
         b, h, n, d = v.shape
         conv = self.conv_skip(v, keep).reshape(b * h, n, d)               # the skip, added by the GEMM
         out = torch.baddbmm(conv, kernel_1.reshape(b * h, n, -1), mix.reshape(b * h, -1, d))
-        return zero_padded(out.view(b, h, n, d), mask)
+        return zero_padded(out.view(b, h, n, d), pad)

@@ -69,6 +69,7 @@ from torch import Tensor
 from attention.base import Mixer, require_non_negative, require_positive
 from attention.graph_safe import graph_safe_active
 from attention.masking import zero_padded
+from attention.padding import Padding
 
 KERNELS = ("softmax", "relu")
 SCALINGS = ("once", "twice")
@@ -186,7 +187,8 @@ class PerformerAttention(Mixer):
         phi = e + c if is_query else e.transpose(-1, -2) + c
         return phi if mask is None or is_query else phi * mask[:, None, :, None].to(phi.dtype)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         if self.training:
             self._count_and_redraw()
         e_q, c = self._features(q, True, None)                                 # [B, H, N, m]
@@ -205,7 +207,7 @@ class PerformerAttention(Mixer):
         out = e_q @ kvz + c * kvz.sum(dim=-2, keepdim=True)                    # (E_q + c) kvz
         num, den = out[..., :-1], out[..., -1:]
         den = torch.where(den > 0, den, torch.ones_like(den))             # no real key, or no feature mass
-        return zero_padded(num / den, mask)
+        return zero_padded(num / den, pad)
 
     def get_extra_state(self) -> dict:
         # the buffer holds the count in both modes (eager mirrors its Python int into it)

@@ -43,6 +43,7 @@ from torch import Tensor
 
 from attention.base import Mixer
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
+from attention.padding import Padding
 from attention.windows import WindowAttention
 
 
@@ -98,7 +99,8 @@ class ReformerAttention(Mixer):
             ids = torch.cat([proj, -proj], dim=-1).argmax(-1)
         return ids.masked_fill(~mask[:, None, None, :], n_buckets)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         b, h, n, d = q.shape
         r = self.n_hashes
         m = min(self.chunk_size, self.max_len)
@@ -155,4 +157,4 @@ class ReformerAttention(Mixer):
         o = o.gather(3, undo[..., None].expand(b, h, r, np_, d))
         lse = lse.gather(3, undo)
         out = (torch.softmax(lse, dim=2)[..., None] * o).sum(dim=2)                    # combine rounds
-        return zero_padded(out[:, :, :n], mask)
+        return zero_padded(out[:, :, :n], pad)

@@ -60,7 +60,7 @@ How it is computed (same values as the plain form the float64 reference writes o
   layer, so there the slots are the static bound, the window: the fallback then costs what a local
   head costs, with the same values (the extra slots are multiplied by 0). Either way the shapes stay
   rectangular (fused kernels, no per-block loop). Host syncs per call on a GPU: none (padding is
-  decided once per batch, :func:`attention.graph_safe.has_padding`).
+  decided once per batch, ``Padding.any``).
 * Block attention (local heads and fallback) runs through PyTorch's fused attention
   (``scaled_dot_product_attention`` on 4-d views of the shell's ``[B, N, H, D]`` projections), so no
   ``[window, window]`` probability matrix is stored for the backward pass.
@@ -78,6 +78,7 @@ from torch import Tensor
 from attention.base import Mixer, require_positive
 from attention.graph_safe import host_reads_free
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
+from attention.padding import Padding
 
 
 def block_local_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window: int) -> Tensor:
@@ -166,7 +167,8 @@ class RoutingAttention(Mixer):
         init = torch.randn(n_heads - self.local_heads, self.n_clusters, head_dim, generator=self.generator("cpu"))
         self.register_buffer("centroids", F.normalize(init, dim=-1))
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         n, nl = q.shape[2], self.local_heads
         window = min(self.window, n)
         # split (not slices): its backward concatenates the heads' gradients instead of zero-filling
@@ -179,7 +181,7 @@ class RoutingAttention(Mixer):
             outs.append(self._route(qr, kr, vr, mask, window))
         # Heads joined in [B, N, H, D] memory: the shell's output projection then reads a view.
         out = torch.cat([o.transpose(1, 2) for o in outs], dim=2).transpose(1, 2)
-        return zero_padded(out, mask)
+        return zero_padded(out, pad)
 
     def _route(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window: int) -> Tensor:
         b, h, n, d = q.shape

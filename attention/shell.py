@@ -11,6 +11,7 @@ from typing import Callable
 from torch import Tensor, nn
 
 from attention.base import Mixer
+from attention.padding import Padding, as_padding
 
 
 class MultiHeadAttention(nn.Module):
@@ -42,10 +43,12 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = t.shape
         return t.view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        """x: ``[B, N, D]``; mask: ``[B, N]`` bool, True = real token. Returns ``[B, N, D]``."""
+    def forward(self, x: Tensor, pad: Padding | Tensor) -> Tensor:
+        """x: ``[B, N, D]``; pad: the batch's padding (mask ``[B, N]``, True = real token). Returns ``[B, N, D]``.
+        A bool mask tensor is wrapped (one host read: a layer called on its own)."""
+        pad = as_padding(pad)
         if self.mixer.fuses_projections:
-            out = self.mixer.forward_input(x, mask, self.q_proj, self.k_proj, self.v_proj)
+            out = self.mixer.forward_input(x, pad, self.q_proj, self.k_proj, self.v_proj)
             return self.out_proj(out.transpose(1, 2).flatten(2))
         v = self._heads(self.v_proj(x))
         if self.q_proj is None:  # the mixer builds its mixing from x alone
@@ -53,5 +56,5 @@ class MultiHeadAttention(nn.Module):
         else:
             q = self._heads(self.q_proj(x))
             k = q if self.k_proj is None else self._heads(self.k_proj(x))
-        out = self.mixer(q, k, v, mask, x)
+        out = self.mixer(q, k, v, pad, x)
         return self.out_proj(out.transpose(1, 2).flatten(2))

@@ -32,7 +32,7 @@ Choices the paper leaves open, written down:
   its logit, so a half-padded slot counts half and a slot with (almost) no real mass (below 1e-6,
   e.g. all contributors padding) gets no weight. In the own block, padded keys get no weight.
   Padded query rows are zeroed. Whether the batch has padding at all is decided once per batch, as
-  in softmax (:func:`attention.graph_safe.has_padding`: the host's statement, else one read shared
+  in softmax (``Padding.any``: the host's statement, else one read shared
   by the layers): an unpadded batch skips every mask pass. Cost: O(N * 2 * block_size * d)
   for the attention, O(N n_B d) for the sorted mixtures and O(n_B^2) for the matching; block 32
   keeps the matching at <= 128 x 128 at LRA's 4K lengths.
@@ -45,8 +45,9 @@ import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.graph_safe import fused_unless_graph_safe, has_padding
+from attention.graph_safe import fused_unless_graph_safe
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
+from attention.padding import Padding
 
 
 def sinkhorn(log_alpha: Tensor, iterations: int) -> Tensor:
@@ -230,7 +231,8 @@ class SinkhornAttention(Mixer):
         logits = torch.where(pair, logits, fill)
         return sinkhorn(logits, self.sinkhorn_iterations)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         b, h, n, d = q.shape
         bs = self.block_size
         dtype = q.dtype
@@ -244,7 +246,7 @@ class SinkhornAttention(Mixer):
         mf = mb.to(dtype)
         qb, kb, vb = (t.view(b, h, n_b, bs, d) for t in (q, k, v))
         # Decided once per batch, as softmax: an unpadded batch skips every mask pass.
-        keep = mf[:, None, :, :, None] if has_padding(mask) else None
+        keep = mf[:, None, :, :, None] if pad.any else None
 
         counts = mf.sum(-1)                                                  # [B, n_B]
         summaries = (kb if keep is None else kb * keep).sum(3) / counts.clamp_min(1.0)[:, None, :, None]   # masked means
@@ -258,4 +260,4 @@ class SinkhornAttention(Mixer):
         bias = torch.cat([own_bias, sorted_bias], dim=3)                     # [B, H, n_B, 2bs]
         out = _sorted_block_attention(qb, kb, vb, keep, s, inv_mass, bias, d ** -0.5)
         out = out.reshape(b, h, n_b * bs, d)[:, :, :n]
-        return out if keep is None else zero_padded(out, mask, padded=True)
+        return zero_padded(out, pad)

@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer
-from attention.graph_safe import has_padding
 from attention.masking import key_bias, neg_fill, zero_padded
+from attention.padding import Padding
 
 
 class SoftmaxAttention(Mixer):
@@ -24,10 +24,11 @@ class SoftmaxAttention(Mixer):
         super().__init__(n_heads, head_dim, max_len, layer_idx)
         self.dropout = dropout
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         # Without padding (image, pathfinder) no bias is passed, which lets SDPA pick its fastest
-        # kernel (flash attention on CUDA); the network decides it once per batch (has_padding).
-        padded = has_padding(mask)
+        # kernel (flash attention on CUDA); the network decides it once per batch (Padding.any).
+        padded = pad.any
         bias = key_bias(mask, q.dtype) if padded else None
         if self.causal:  # future keys get the padding's finite bias (one fill, so a padded row stays finite)
             n = q.shape[-2]
@@ -36,4 +37,4 @@ class SoftmaxAttention(Mixer):
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=bias, dropout_p=self.dropout if self.training else 0.0
         )
-        return zero_padded(out, mask, padded=True) if padded else out
+        return zero_padded(out, pad)

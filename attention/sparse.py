@@ -47,6 +47,7 @@ from attention.base import Mixer
 from attention.blocks import (from_blocks, gather_blocks, gather_key_mask, joint_softmax, mask_blocks, slot_allow,
                               to_blocks, window_table)
 from attention.masking import zero_padded
+from attention.padding import Padding
 
 PATTERNS = ("fixed", "strided")
 
@@ -77,12 +78,13 @@ class SparseTransformerAttention(Mixer):
             return ((i - j).abs() <= l) | ((i - j) % l == 0)
         return (i // l == j // l) | (j % l >= l - c)
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        mask = pad.mask
         n, l = q.shape[2], self.stride
         qb = to_blocks(q * (1.0 / math.sqrt(q.shape[-1])), l)
         kb, vb, mb = to_blocks(k, l), to_blocks(v, l), mask_blocks(mask, l)
         run = self._strided if self.pattern_name == "strided" else self._fixed
-        return zero_padded(from_blocks(run(qb, kb, vb, mb), n), mask)
+        return zero_padded(from_blocks(run(qb, kb, vb, mb), n), pad)
 
     def _strided(self, qb: Tensor, kb: Tensor, vb: Tensor, mb: Tensor) -> Tensor:
         nb, l = qb.shape[2], qb.shape[3]

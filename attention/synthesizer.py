@@ -54,6 +54,7 @@ from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
 from attention.masking import key_bias, zero_padded
+from attention.padding import Padding
 
 
 ACTIVATION_COPIES = 3              # [B, H, N, N] alive at once in backward: softmax output, its grad, the logits' grad
@@ -116,10 +117,10 @@ def _check_len(n: int, max_len: int) -> None:
         raise ValueError(f"sequence length {n} exceeds synthesizer max_len {max_len}: set task.max_len")
 
 
-def synthesized_attention(logits: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+def synthesized_attention(logits: Tensor, v: Tensor, pad: Padding) -> Tensor:
     """softmax over real keys of ``logits`` ``[B|1, H, N, N]``, applied to ``v``; padded rows zero."""
-    weights = torch.softmax(logits + key_bias(mask, logits.dtype), dim=-1)
-    return zero_padded(weights @ v, mask)
+    weights = torch.softmax(logits + key_bias(pad.mask, logits.dtype), dim=-1)
+    return zero_padded(weights @ v, pad)
 
 
 class _Quadratic(Mixer):
@@ -179,9 +180,9 @@ class DenseSynthesizer(_Quadratic):
         hid = torch.relu(self.w1(x)).view(b, n, self.n_heads, self.hidden).transpose(1, 2)
         return torch.einsum("bhnc,hcm->bhnm", hid, self.w2[:, :, :n]) + self.b2[None, :, None, :n]
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
         self.require_batch_fits(v)
-        return synthesized_attention(self.logits(x).to(v.dtype), v, mask)
+        return synthesized_attention(self.logits(x).to(v.dtype), v, pad)
 
 
 class RandomSynthesizer(_Quadratic):
@@ -219,6 +220,6 @@ class RandomSynthesizer(_Quadratic):
             return self.r[None, :, :n, :n]
         return (self.r1[:, :n] @ self.r2[:, :n].transpose(-1, -2))[None]
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
         self.require_batch_fits(v)
-        return synthesized_attention(self.logits(v.shape[2]).to(v.dtype), v, mask)
+        return synthesized_attention(self.logits(v.shape[2]).to(v.dtype), v, pad)

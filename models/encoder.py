@@ -6,6 +6,7 @@ from typing import Callable
 from torch import Tensor, nn
 
 from attention.base import Mixer
+from attention.padding import Padding
 from attention.shell import MultiHeadAttention
 
 
@@ -23,14 +24,14 @@ class EncoderBlock(nn.Module):
         )
         self.dropout = nn.Dropout(dropout)
 
-    def attend(self, x: Tensor, mask: Tensor) -> Tensor:
-        return x + self.dropout(self.attn(self.norm1(x), mask))
+    def attend(self, x: Tensor, pad: Padding) -> Tensor:
+        return x + self.dropout(self.attn(self.norm1(x), pad))
 
     def feed_forward(self, x: Tensor) -> Tensor:
         return x + self.dropout(self.ffn(self.norm2(x)))
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        return self.feed_forward(self.attend(x, mask))
+    def forward(self, x: Tensor, pad: Padding) -> Tensor:
+        return self.feed_forward(self.attend(x, pad))
 
 
 class Encoder(nn.Module):
@@ -44,7 +45,7 @@ class Encoder(nn.Module):
         )
         self.norm = nn.LayerNorm(d_model)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+    def forward(self, x: Tensor, pad: Padding) -> Tensor:
         for block in self.blocks:
-            x = block(x, mask)
+            x = block(x, pad)
         return self.norm(x)

@@ -25,10 +25,11 @@ against the reentrant kind's 41 MB and BPTT's 520 MB; the process's peak RSS on 
 the reentrant kind's (147 against 77 MB, BPTT 778 MB: glibc keeps more freed blocks when the
 forward runs with gradients enabled).
 
-Padding is decided once per batch (:func:`attention.graph_safe.has_padding`), not once per layer and
-segment: a segment is padded if the batch is, or if it is the tail that reaches past the sequence;
-the summary segment never is. The flag is an argument of :meth:`MemformerEncoder.step`, so MRBP's
-replay in the backward pass needs no device read either.
+Padding is decided once per batch (:class:`attention.padding.Padding`), not once per layer and
+segment: a segment is padded if the batch is, or if it is the tail that reaches past the sequence
+(:meth:`~attention.padding.Padding.segments`); the summary segment never is. Each segment's
+padding is an argument of :meth:`MemformerEncoder.step`, so MRBP's replay in the backward pass
+needs no device read either.
 """
 from __future__ import annotations
 
@@ -36,9 +37,9 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from attention.graph_safe import batch_padding, has_padding
 from attention.masking import pad_to_multiple
 from attention.memformer import MemformerAttention, UnifiedMemory
+from attention.padding import Padding, as_padding
 from models.encoder import Encoder
 
 
@@ -59,54 +60,47 @@ class MemformerEncoder(nn.Module):
             return (self.memory.initial.expand(batch, -1, -1),)
         return tuple(m.memory_init.expand(batch, -1, -1) for m in self.mixers)
 
-    def step(self, x: Tensor, mask: Tensor, padded: bool, *state: Tensor) -> tuple[Tensor, ...]:
-        """One segment ``x [B, L, d]`` through every layer: ``(H_t, *S_{t+1})``; ``padded``: whether
-        ``mask`` may have padding (True is always correct)."""
-        with batch_padding(mask, padded):
-            return self._step(x, mask, *state)
-
-    def _step(self, x: Tensor, mask: Tensor, *state: Tensor) -> tuple[Tensor, ...]:
+    def step(self, x: Tensor, pad: Padding, *state: Tensor) -> tuple[Tensor, ...]:
+        """One segment ``x [B, L, d]`` with its padding through every layer: ``(H_t, *S_{t+1})``."""
         if self.unified:
             (mem,) = state
             for block, reader in zip(self.encoder.blocks, self.memory.readers):
-                x = block.attend(x, mask)
+                x = block.attend(x, pad)
                 x = block.feed_forward(x + block.dropout(reader(x, mem)))
             h = self.encoder.norm(x)
-            return (h, self.memory.write(mem, h, mask))
+            return (h, self.memory.write(mem, h, pad.mask))
         try:
             nxt = []
             for block, mixer, mem in zip(self.encoder.blocks, self.mixers, state):
                 mixer.carry = mem
-                x = block(x, mask)
+                x = block(x, pad)
                 nxt.append(mixer.carry)
         finally:
             for mixer in self.mixers:
                 mixer.carry = None
         return (self.encoder.norm(x), *nxt)
 
-    def unroll(self, x: Tensor, mask: Tensor) -> tuple[Tensor, list[tuple[Tensor, ...]]]:
+    def unroll(self, x: Tensor, pad: Padding | Tensor) -> tuple[Tensor, list[tuple[Tensor, ...]]]:
         """Outputs ``[B, N, d]`` and the states ``S_0 .. S_T`` (after each token segment)."""
-        summary = None
-        padded = has_padding(mask)          # the CLS column is real: the same with or without it
-        if self.summary_first:
-            summary, x, mask = x[:, :1], x[:, 1:], mask[:, 1:]
+        summary, pad = None, as_padding(pad)
+        if self.summary_first:              # the CLS column is real: ``any`` is the same without it
+            summary, x, pad = x[:, :1], x[:, 1:], Padding.of(pad.mask[:, 1:], pad.any)
         n = x.shape[1]
         xs = pad_to_multiple(x, self.segment_len, dim=1).split(self.segment_len, dim=1)
-        ms = pad_to_multiple(mask, self.segment_len, dim=1, value=False).split(self.segment_len, dim=1)
         run = self.step
         if self.mrbp and self.training and torch.is_grad_enabled():
             def run(*args) -> tuple[Tensor, ...]:
                 return checkpoint(self.step, *args, use_reentrant=False)
         states = [self.initial_state(x.shape[0])]
         outs = []
-        for t, (xt, mt) in enumerate(zip(xs, ms)):
-            h, *nxt = run(xt, mt, padded or (t + 1) * self.segment_len > n, *states[-1])
+        for xt, pt in zip(xs, pad.segments(self.segment_len)):
+            h, *nxt = run(xt, pt, *states[-1])
             outs.append(h)
             states.append(tuple(nxt))
         h = torch.cat(outs, dim=1)[:, :n]
         if summary is not None:
-            h = torch.cat([run(summary, mask.new_ones(mask.shape[0], 1), False, *states[-1])[0], h], dim=1)
+            h = torch.cat([run(summary, Padding.full(x.shape[0], 1, x.device), *states[-1])[0], h], dim=1)
         return h, states
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        return self.unroll(x, mask)[0]
+    def forward(self, x: Tensor, pad: Padding) -> Tensor:
+        return self.unroll(x, pad)[0]

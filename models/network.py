@@ -7,7 +7,8 @@ import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer
-from attention.graph_safe import batch_padding, graph_safe
+from attention.graph_safe import graph_safe
+from attention.padding import Padding
 from models.embedding import Embedding
 from models.encoder import Encoder
 from models.heads import ClassifierHead, DualHead
@@ -20,9 +21,9 @@ class LRAClassifier(nn.Module):
     ``dual`` (retrieval): both documents go through the same encoder.
 
     ``padded`` (whether ``mask`` has a False entry) is decided once per batch for every layer and
-    segment (:func:`attention.graph_safe.batch_padding`): given by the caller when it knows it on
-    the host (``LRAModule`` does, before the batch reaches the device), else read from the mask at
-    most once per forward, by the first layer that asks.
+    segment (:class:`attention.padding.Padding`): given by the caller when it knows it on the host
+    (``LRAModule`` does, before the batch reaches the device), else read from the mask once per
+    forward.
 
     ``graph_safe``: every forward runs graph-safe (:func:`attention.graph_safe.graph_safe`: no host
     read, counter-based random draws), as it does anyway while ``torch.compile`` traces it; eager
@@ -70,8 +71,7 @@ class LRAClassifier(nn.Module):
         x = self.embed(ids)
         if self.cls is not None:
             x, mask = prepend_cls(x, mask, self.cls)
-        with batch_padding(mask, padded):
-            return self.encoder(x, mask), mask
+        return self.encoder(x, Padding.of(mask, padded)), mask
 
     def token_states(self, ids: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
         """Per-token encoder outputs ``[B, N, d]`` before pooling, one per input position (a CLS

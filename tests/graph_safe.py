@@ -83,7 +83,7 @@ def step_under_forbidden_syncs(name: str, padded: bool, **overrides) -> torch.Te
     net = tiny_network(name, graph_safe=True, **overrides).train()
     ids, mask, label = step_batch(padded)
     with forbid_host_syncs():
-        loss = training_loss(net, ids, mask, label)
+        loss = training_loss(net, ids, mask, label, padded=padded)
         loss.backward()
     return loss.detach()
 

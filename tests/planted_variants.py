@@ -6,11 +6,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.masking import zero_padded
+from attention.padding import Padding
 from attention.softmax import SoftmaxAttention
 
 
 class IgnoresKeyMask(SoftmaxAttention):
     """Softmax attention that forgets the key mask: padded keys get weight (the issue's planted bug)."""
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, x: Tensor) -> Tensor:
-        return zero_padded(F.scaled_dot_product_attention(q, k, v), mask, padded=True)
+    def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
+        return zero_padded(F.scaled_dot_product_attention(q, k, v), pad)

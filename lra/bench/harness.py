@@ -271,22 +271,21 @@ def _block_step(spec: dict[str, Any], device: torch.device) -> tuple[Step, torch
     from hydra.utils import instantiate
 
     from attention.base import Mixer
-    from attention.graph_safe import batch_padding
+    from attention.padding import Padding
     from models.encoder import EncoderBlock
 
     b, n, d = spec["batch_size"], spec["length"], spec["d_model"]
     block = EncoderBlock(d, spec["n_heads"], spec["d_ffn"], 0.0, instantiate(spec["attention"]), n, 0)
     block = block.to(device).train()
     x = torch.randn(b, n, d, device=device, requires_grad=True)
-    mask = torch.ones(b, n, dtype=torch.bool, device=device)
+    pad = Padding.full(b, n, device)   # no padding, stated on the host as the network does per batch
     mixers = [m for m in block.modules() if isinstance(m, Mixer)]
     _maybe_compile(block, spec)
 
     def step() -> None:
         block.zero_grad(set_to_none=True)
         x.grad = None
-        with batch_padding(mask, padded=False):   # stated on the host, as the network does per batch
-            loss = block(x, mask).pow(2).mean()
+        loss = block(x, pad).pow(2).mean()
         for mx in mixers:
             if mx.aux_loss is not None:
                 loss = loss + mx.aux_loss.reshape(())

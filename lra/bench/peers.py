@@ -108,7 +108,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attention.graph_safe import batch_padding
+from attention.padding import Padding
 from lra import CONF_DIR, ROOT
 
 RESULT_TAG = "LRA_PEERS_RESULT "
@@ -140,9 +140,7 @@ def build_ours(conf: dict[str, Any], d_model: int, n_heads: int, n: int) -> nn.M
 
 
 def ours_forward(layer: nn.Module, x: Tensor) -> tuple[Tensor, Tensor | None]:
-    mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-    with batch_padding(mask, padded=False):   # stated on the host: no padding check, eager or compiled
-        out = layer(x, mask)
+    out = layer(x, Padding.full(x.shape[0], x.shape[1], x.device))   # no padding, stated on the host
     aux, layer.mixer.aux_loss = layer.mixer.aux_loss, None
     return out, aux
 

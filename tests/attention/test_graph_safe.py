@@ -28,7 +28,7 @@ import pytest
 import torch
 import torch._inductor.config
 
-from attention.graph_safe import GraphSafeError, graph_safe, graph_safe_active, has_padding, per_batch
+from attention.graph_safe import graph_safe, graph_safe_active
 from attention.registry import variant_names
 from tests.attention_harness import ONE_PER_MODULE
 from lra.checks.contract import compiled_matches_eager
@@ -132,17 +132,6 @@ def test_every_config_is_compiled_padded_and_unpadded() -> None:
 
 
 # -- the switch itself -------------------------------------------------------------------------------
-
-def test_graph_safe_mode_reads_nothing_from_the_mask() -> None:
-    mask = torch.ones(2, 5, dtype=torch.bool)
-    assert not has_padding(mask)  # eager: read from the mask
-    with graph_safe():
-        assert graph_safe_active()
-        assert has_padding(mask)  # unstated: the masked path, right for any mask
-        with pytest.raises(GraphSafeError, match="graph-safe"):
-            per_batch(mask, "lengths", lambda: mask.sum(-1).tolist())
-    assert not graph_safe_active()
-
 
 def test_counter_draws_advance_in_training_and_repeat_in_eval() -> None:
     from attention.registry import build_mixer

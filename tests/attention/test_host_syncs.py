@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention.graph_safe import accelerator_branches, batch_padding, has_padding, host_reads_free
+from attention.graph_safe import accelerator_branches, host_reads_free
+from attention.padding import Padding
 from attention.registry import build_mixer, variant_names
 from models.module import LRAModule
 from tests.attention_harness import float64_inputs
@@ -30,8 +31,8 @@ from tests.tiny_network import step_batch, tiny_network
 EXPECTED: dict[str, tuple[int, int]] = {
     # eq. 7's groups are ragged: one .tolist() of the group sizes per layer (the router differs per layer)
     **{name: (2, 2) for name in variant_names() if name.startswith("adamra")},
-    # each sample's plan follows its own length: one .tolist() of the plan lengths per padded batch
-    "bigbird": (1, 0),
+    # each sample's plan follows its own length: one .tolist() of the plan lengths per padded layer
+    "bigbird": (2, 0),
 }
 CASES = [pytest.param(name, {}, id=name) for name in variant_names()]
 CASES += [pytest.param("memformer", {"mrbp": True}, id="memformer-mrbp"),
@@ -55,10 +56,10 @@ def test_host_syncs_per_training_step(name, overrides):
 
 
 @pytest.mark.parametrize(("name", "overrides", "expected"), [
-    ("softmax", {}, 1), ("linear", {}, 0), ("memformer", {"mrbp": True}, 1), ("bigbird", {}, 2)])
+    ("softmax", {}, 1), ("linear", {}, 1), ("memformer", {"mrbp": True}, 1), ("bigbird", {}, 3)])
 def test_without_a_host_hint_the_padding_is_read_once_per_step(name, overrides, expected):
-    """Called as ``network(ids, mask)`` (the bench harness does), the first layer that asks reads
-    the padding from the device, once for every layer, segment and MRBP replay."""
+    """Called as ``network(ids, mask)``, the network reads the padding from the device once
+    (:meth:`attention.padding.Padding.of`), for every layer, segment and MRBP replay."""
     assert step_syncs(name, True, host_padding=False, **overrides).syncs == expected
 
 
@@ -75,15 +76,13 @@ def test_the_spy_sees_each_kind_of_sync():
         bool(x.any())
 
 
-def test_padding_is_stated_once_per_batch_and_for_that_mask_only():
+def test_padding_is_read_once_when_unstated_and_believed_when_stated():
     mask = torch.tensor([[True, False]])
-    other = mask.clone()
-    with count_host_syncs() as spy, batch_padding(mask):
-        assert has_padding(mask) and has_padding(mask)     # read once, at the first question
-        with batch_padding(mask, padded=False):
-            assert not has_padding(mask)                    # stated: believed, not read
-        assert has_padding(other)                           # another mask object: read
-    assert spy.syncs == 2
+    with count_host_syncs() as spy:
+        assert Padding.of(mask).any                          # read: one host sync
+        assert not Padding.of(mask, False).any               # stated: believed, not read
+        assert Padding.of(torch.ones(1, 2, dtype=torch.bool), True).any   # "padded" is always correct
+    assert spy.syncs == 1
     assert host_reads_free(mask)
     with accelerator_branches():
         assert not host_reads_free(mask)
@@ -98,9 +97,10 @@ def test_accelerator_branches_give_the_cpu_results(name):
         torch.manual_seed(0)
         mixer = build_mixer(name, **SMALL_STRUCTURE[name])(n_heads=2, head_dim=8, max_len=64).double().train()
         inputs, mask = float64_inputs([37, 23, 9])
+        pad = Padding.of(mask, True)
         with accelerator_branches() if accelerator else contextlib.nullcontext():
-            with count_host_syncs() as spy, batch_padding(mask, padded=True):
-                out = mixer(inputs["q"], inputs["k"], inputs["v"], mask, inputs["x"])
+            with count_host_syncs() as spy:
+                out = mixer(inputs["q"], inputs["k"], inputs["v"], pad, inputs["x"])
             (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
         results.append([out] + [inputs[k].grad for k in "qkv"])
         syncs.append(spy.syncs)

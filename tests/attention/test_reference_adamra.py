@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from attention.adamra import AdaMRAAttention
+from attention.padding import Padding
 from attention.registry import CONF_DIR, build_mixer
 from attention.shell import MultiHeadAttention
 from tests.attention_harness import DEVICE, float64_inputs, lengths_mask, make_mixer, qkvx
@@ -60,7 +61,7 @@ def test_fused_shell_path_matches_reference(name, padding, mode):
     inputs, mask = float64_inputs(MASKS[padding], N)
     inputs = {"x": inputs["x"]}
     draws = record_calls(mixer, "random_heads")
-    got = grads_of(lambda: (mixer.forward_input(inputs["x"], mask, shell.q_proj, shell.k_proj, shell.v_proj), None),
+    got = grads_of(lambda: (mixer.forward_input(inputs["x"], Padding.of(mask), shell.q_proj, shell.k_proj, shell.v_proj), None),
                    inputs, shell)
     heads = draws[-1] if draws else None
     split = lambda t: t.view(len(mask), N, 2, 8).transpose(1, 2)  # noqa: E731

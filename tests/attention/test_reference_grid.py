@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from attention.graph_safe import graph_safe_active
+from attention.padding import Padding
 from attention.performer import orthogonal_gaussian
 from attention.registry import build_mixer
 from attention.shell import MultiHeadAttention
@@ -230,7 +231,7 @@ def check_adamra(p: Point) -> None:
         qkv = lambda: (t["q"], t["k"], t["v"])  # noqa: E731
     else:
         t = {"x": t["x"]}
-        got = grads_of(lambda: (mixer.forward_input(t["x"], mask, owner.q_proj, owner.k_proj, owner.v_proj), None),
+        got = grads_of(lambda: (mixer.forward_input(t["x"], Padding.of(mask), owner.q_proj, owner.k_proj, owner.v_proj), None),
                        t, owner)
         split = lambda u: u.view(b, p.n, s, HEAD_DIM).transpose(1, 2)  # noqa: E731
         qkv = lambda: tuple(split(proj(t["x"])) for proj in (owner.q_proj, owner.k_proj, owner.v_proj))  # noqa: E731

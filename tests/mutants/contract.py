@@ -8,7 +8,7 @@ BF16_CAST = "tests/attention/test_attention_bf16.py::test_cast_bf16_matches_floa
 
 MUTANTS = [
     Mutant("contract-shell-train-unmasked", "attention/shell.py",
-           "out = self.mixer(q, k, v, mask, x)", "out = self.mixer(q, k, v, mask | self.training, x)",
+           "out = self.mixer(q, k, v, pad, x)", "out = self.mixer(q, k, v, pad.mask | self.training, x)",
            "the shell drops the padding mask in training only (eval-only tests pass)", (REACH,)),
     Mutant("contract-cls-pool-last", "models/pooling.py",
            "    return h[:, 0]", "    return h[:, -1]",
@@ -20,7 +20,7 @@ MUTANTS = [
            "m = mask.to(h.dtype).unsqueeze(-1)", "m = torch.ones_like(mask, dtype=h.dtype).unsqueeze(-1)",
            "mean pooling averages padded positions in", (REACH,)),
     Mutant("contract-zero-padded-float32", "attention/masking.py",
-           "return out * mask[:, None, :, None].to(out.dtype)", "return out * mask[:, None, :, None].float()",
+           "return out * pad.mask[:, None, :, None].to(out.dtype)", "return out * pad.mask[:, None, :, None].float()",
            "a mixer returns float32 from bfloat16 inputs (type promotion in the padding mask)", (BF16_CAST,)),
     Mutant("contract-routing-ema-sees-padding", "attention/routing.py",
            "weight = real.expand(-1, h, -1).flatten()", "weight = torch.ones_like(real).expand(-1, h, -1).flatten()",

@@ -6,7 +6,6 @@ code is shared with eager mode the test runs both modes, and both fail."""
 from tests.mutants import Mutant
 
 DIST = "tests/attention/test_graph_safe_distributions.py"
-UNSTATED = ("tests/attention/test_graph_safe_unstated_masks.py",)
 SWITCH = ("tests/attention/test_graph_safe.py::test_nested_off_leaves_an_enclosing_block_on",
           "tests/attention/test_graph_safe.py::test_network_without_the_flag_draws_graph_safe_inside_a_block")
 ABC = (f"{DIST}::test_abc_rd_slot_frequencies_uniform",)
@@ -73,13 +72,6 @@ MUTANTS = [
            "            logits = logits + torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6)))",
            "Gumbel noise with the wrong sign: log(-log u) is the mirrored Gumbel (a long left tail)",
            SINKHORN),
-    Mutant("graph-safe-d-has-padding-unstated-reads-unpadded", "attention/graph_safe.py",
-           "                return batch.facts.get(\"padded\", True)",
-           "                return batch.facts.get(\"padded\", False)",
-           "a graph-safe has_padding answers 'not padded' for a batch mask the host did not state "
-           "(network(ids, mask), as the bench calls it): padded keys get weight behind the CLS "
-           "prepend, in both documents of a retrieval batch, in every variant with an unpadded "
-           "fast path", UNSTATED),
     Mutant("graph-safe-d-nested-off-switches-off", "attention/graph_safe.py",
            "    _STATE.graph_safe = on or before",
            "    _STATE.graph_safe = on",

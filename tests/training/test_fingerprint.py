@@ -77,7 +77,7 @@ def test_the_thread_count_is_not_a_difference(clean):
 
 def _no_key_mask(monkeypatch):
     monkeypatch.setattr(softmax, "key_bias", lambda mask, dtype: None)
-    monkeypatch.setattr(softmax, "zero_padded", lambda out, mask, padded: out)
+    monkeypatch.setattr(softmax, "zero_padded", lambda out, pad: out)
 
 
 def _no_scale(monkeypatch):
