@@ -61,6 +61,16 @@ def autocast_as(state: tuple[str, bool, torch.dtype]) -> torch.autocast:
     return torch.autocast(dev, dtype=dtype, enabled=enabled)
 
 
+def emulate_accelerator(module: nn.Module) -> nn.Module:
+    """Every mixer of ``module`` takes its accelerator choices on CPU from now on (tests and the
+    dispatch count run the code a GPU runs, on the same values); returns ``module``."""
+    for m in module.modules():
+        if isinstance(m, Mixer):
+            m._emulated_accelerator = True
+            m.on_cpu = False
+    return module
+
+
 class Mixer(nn.Module):
     """Base class of the per-head token mixing of an attention variant.
 
@@ -101,6 +111,15 @@ class Mixer(nn.Module):
         self._generators: dict[str, torch.Generator] = {}
         # graph-safe draws: counter-based (attention.counter_random), one count per training draw
         self.register_buffer("draws", torch.zeros((), dtype=torch.int64), persistent=False)
+        # Device-specific choices (a CPU split size, a fused CPU kernel) read this flag, set when the
+        # module is made and each time it moves (``_apply``), never asked of a tensor per call, as
+        # nanoGPT sets ``self.flash``. :func:`emulate_accelerator` sets it False on CPU for tests.
+        self.on_cpu = True
+
+    def _apply(self, fn, recurse=True):  # noqa: ANN001, ANN202 (nn.Module's signature)
+        module = super()._apply(fn, recurse)
+        self.on_cpu = self.draws.device.type == "cpu" and not getattr(self, "_emulated_accelerator", False)
+        return module
 
     def rand(self, shape: tuple[int, ...] | torch.Size, device: torch.device | str,
              dtype: torch.dtype = torch.float32) -> Tensor:
