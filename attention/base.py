@@ -11,7 +11,7 @@ tokens), its lengths, and whether the batch has padding at all, decided once per
 * padded keys never receive weight; outputs at real positions do not depend on padded tokens;
 * a fully padded row gives finite output (zeros), never NaN;
 * randomness comes from :meth:`Mixer.rand` / :meth:`Mixer.randn` / :meth:`Mixer.randint` (or
-  :meth:`Mixer.generator` for draws that never run in a training forward), seeded from the run
+  :meth:`Mixer.init_generator` for draws at construction), seeded from the run
   seed at construction, and evaluation is deterministic;
 * a mixer that contributes a loss term stores it in ``self.aux_loss`` during training forward
   passes (the LightningModule adds every mixer's ``aux_loss`` to the task loss);
@@ -26,7 +26,6 @@ import torch
 from torch import Tensor, nn
 
 from attention import counter_random
-from attention.graph_safe import GraphSafeError, graph_safe_active
 from attention.padding import Padding, as_padding
 
 
@@ -108,8 +107,7 @@ class Mixer(nn.Module):
         # stream is reproducible per run and per layer without threading the seed through configs.
         # Kept as a Python int (no device sync in forward) and checkpointed through extra state.
         self.seed = int(torch.randint(0, 2**62, (1,)).item())
-        self._generators: dict[str, torch.Generator] = {}
-        # graph-safe draws: counter-based (attention.counter_random), one count per training draw
+        # every draw is counter-based (attention.counter_random): one count per training draw
         self.register_buffer("draws", torch.zeros((), dtype=torch.int64), persistent=False)
         # Device-specific choices (a CPU split size, a fused CPU kernel) read this flag, set when the
         # module is made and each time it moves (``_apply``), never asked of a tensor per call, as
@@ -123,38 +121,26 @@ class Mixer(nn.Module):
 
     def rand(self, shape: tuple[int, ...] | torch.Size, device: torch.device | str,
              dtype: torch.dtype = torch.float32) -> Tensor:
-        """Uniform draws in [0, 1) from this mixer's stream: the generator's in eager mode, the
-        counter-based ones in graph-safe mode (same distribution, other values)."""
-        return self._from_stream(device, lambda key, count: counter_random.uniform(tuple(shape), key, count, dtype=dtype),
-                                 lambda g: torch.rand(shape, generator=g, device=device, dtype=dtype))
+        """Uniform draws in (0, 1) from this mixer's counter-based stream (:meth:`_counter`)."""
+        return counter_random.uniform(tuple(shape), *self._counter(device), dtype=dtype)
 
     def randn(self, shape: tuple[int, ...] | torch.Size, device: torch.device | str,
               dtype: torch.dtype = torch.float32) -> Tensor:
-        """Standard normal draws from this mixer's stream (see :meth:`rand`)."""
-        return self._from_stream(device, lambda key, count: counter_random.normal(tuple(shape), key, count, dtype=dtype),
-                                 lambda g: torch.randn(shape, generator=g, device=device, dtype=dtype))
+        """Standard normal draws from this mixer's stream (Box-Muller, :mod:`attention.counter_random`)."""
+        return counter_random.normal(tuple(shape), *self._counter(device), dtype=dtype)
 
     def randint(self, high: int, shape: tuple[int, ...] | torch.Size, device: torch.device | str) -> Tensor:
-        """Integers uniform in ``[0, high)`` (int64) from this mixer's stream: the generator's
-        ``randint`` in eager mode; in graph-safe mode ``floor(high u)`` of the counter-based uniforms
-        of :meth:`rand` (the same distribution up to float32 rounding of ``high u``, other values)."""
-        def counted(key: int, count: Tensor) -> Tensor:
-            u = counter_random.uniform(tuple(shape), key, count)
-            return (u * high).long().clamp_max(high - 1)
-        return self._from_stream(device, counted, lambda g: torch.randint(0, high, shape, generator=g, device=device))
-
-    def _from_stream(self, device: torch.device | str, counted: Callable[[int, Tensor], Tensor],
-                     generated: Callable[[torch.Generator], Tensor]) -> Tensor:
-        """The one place a draw decides its mode: ``counted(key, counter)`` (:meth:`_counter`) in
-        graph-safe mode, else ``generated(generator)`` (:meth:`generator`)."""
-        if graph_safe_active():
-            return counted(*self._counter(device))
-        return generated(self.generator(device))
+        """Integers uniform in ``[0, high)`` (int64): ``floor(high u)`` of the uniforms of :meth:`rand`
+        (uniform up to float32 rounding of ``high u``, at most ``high * 2**-24`` in probability)."""
+        u = counter_random.uniform(tuple(shape), *self._counter(device))
+        return (u * high).long().clamp_max(high - 1)
 
     def _counter(self, device: torch.device | str) -> tuple[int, Tensor]:
-        """Key and counter of the next graph-safe draw. Training advances the counter in place (a
-        fresh draw every call, resumed from the checkpointed count); evaluation always draws count
-        0 of another key, so it is deterministic like the generator's re-seeded evaluation stream."""
+        """Key and counter of the next draw: a pure function of the seed and a step count kept in a
+        device buffer, so eager and compiled code draw the same values, with no generator object
+        (a graph break) and no host read. Training advances the count (a fresh draw every call,
+        resumed from the checkpointed count); evaluation always draws count 0 of another key, so it
+        is deterministic."""
         if not self.training:
             return counter_random.key32(self.seed ^ 0x5EED), torch.zeros((), dtype=torch.int64, device=device)
         count = self.draws.to(device)
@@ -162,42 +148,20 @@ class Mixer(nn.Module):
         self.draws = self.draws + 1
         return counter_random.key32(self.seed), count
 
-    def generator(self, device: torch.device | str) -> torch.Generator:
-        """Random stream of this mixer on ``device``.
-
-        In training it advances across calls (fresh draws every step, reproducible from the seed);
-        in eval mode it is re-seeded on every call, so evaluation is deterministic. A forward
-        draws with :meth:`rand` / :meth:`randn` instead, which stay graph-safe (a generator breaks
-        ``torch.compile``'s graph: refused while tracing). Draws at construction may use it.
-        """
-        if torch.compiler.is_compiling():
-            raise GraphSafeError(f"{type(self).__name__}: a torch.Generator in graph-safe mode; "
-                                 "draw with Mixer.rand / Mixer.randn / Mixer.randint")
-        device = torch.device(device)
-        if not self.training:
-            g = torch.Generator(device=device)
-            g.manual_seed(self.seed ^ 0x5EED)
-            return g
-        key = str(device)
-        if key not in self._generators:
-            g = torch.Generator(device=device)
-            g.manual_seed(self.seed)
-            self._generators[key] = g
-        return self._generators[key]
+    def init_generator(self) -> torch.Generator:
+        """A CPU generator seeded from this mixer's seed, for draws at construction only (initial
+        centroids, fixed random matrices): reproducible per run and layer. A forward never uses
+        one (a ``torch.Generator`` breaks ``torch.compile``'s graph)."""
+        return torch.Generator().manual_seed(self.seed)
 
     def get_extra_state(self) -> dict:
-        """Checkpoint the seed and the training streams, so a resumed run draws what it would have."""
-        return {"seed": self.seed, "streams": {k: g.get_state() for k, g in self._generators.items()},
-                "draws": int(self.draws)}
+        """Checkpoint the seed and the draw count, so a resumed run draws what it would have."""
+        return {"seed": self.seed, "draws": int(self.draws)}
 
     def set_extra_state(self, state: dict) -> None:
+        """Also reads checkpoints from before the counter-only stream (their ``streams`` are unused)."""
         self.seed = int(state["seed"])
-        self._generators = {}
         self.draws.fill_(int(state.get("draws", 0)))
-        for key, gstate in state.get("streams", {}).items():
-            g = torch.Generator(device=torch.device(key))
-            g.set_state(gstate)
-            self._generators[key] = g
 
     def setting_problems(self) -> list[str]:
         """Settings that leave this variant without its mechanism: a run with them would measure

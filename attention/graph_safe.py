@@ -1,11 +1,9 @@
-"""The graph-safe switch: the second execution path that issue 62 removes, variant by variant.
-
-Inside :func:`graph_safe` (``model.graph_safe=true``) and while ``torch.compile`` traces
-(:func:`graph_safe_active`), a variant that still has two paths takes its static-shape one and
-draws counter-based randoms (:mod:`attention.counter_random`). :func:`host_reads_free` (True on
-CPU) guards the CPU-only shortcuts that read device values; :func:`accelerator_branches` makes it
-False so tests run the accelerator's branches on CPU. Padding is no longer looked up here: it
-travels with the mask as :class:`attention.padding.Padding`.
+"""What is left of the second execution path that issue 62 removes, until the last variant is
+converted: :func:`graph_safe_active` (True while ``torch.compile`` traces), which a variant with
+a static-shape twin asks, and :func:`host_reads_free`, which guards the CPU-only shortcuts that
+read device values (:func:`accelerator_branches` makes it False so tests run the accelerator's
+branches on CPU). The eager graph-safe mode (``model.graph_safe``) is gone: every random draw is
+counter-based already, and padding travels with the mask (:class:`attention.padding.Padding`).
 """
 from __future__ import annotations
 
@@ -22,35 +20,14 @@ T = TypeVar("T")
 class _State(threading.local):
     def __init__(self) -> None:
         self.accelerator_on_cpu = False
-        self.graph_safe = False
 
 
 _STATE = _State()
 
 
-class GraphSafeError(RuntimeError):
-    """A host read was asked for in graph-safe mode: the variant's graph-safe branch is missing."""
-
-
 def graph_safe_active() -> bool:
-    """Whether code runs graph-safe: inside :func:`graph_safe`, or while ``torch.compile`` traces it."""
-    return torch.compiler.is_compiling() or _STATE.graph_safe
-
-
-@contextmanager
-def graph_safe(on: bool = True) -> Iterator[None]:
-    """Within the block (``on``), attention code takes no host read and draws counter-based randoms.
-
-    ``on=False`` switches nothing off: inside an enclosing graph-safe block the code stays graph-safe.
-    The switch does nest: ``LRAClassifier.forward`` enters ``graph_safe(self.graph_safe)`` on every
-    call, and a caller that runs a network built without the flag inside its own graph-safe block
-    (a test, a tool) must still get no host read and the counter-based draws."""
-    before = _STATE.graph_safe
-    _STATE.graph_safe = on or before    # never ``on``: a nested False would undo the caller's block
-    try:
-        yield
-    finally:
-        _STATE.graph_safe = before
+    """Whether ``torch.compile`` traces the code."""
+    return torch.compiler.is_compiling()
 
 
 def fused_unless_graph_safe(fused: Callable[..., T], reference: Callable[..., T]) -> Callable[..., T]:

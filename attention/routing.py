@@ -164,7 +164,7 @@ class RoutingAttention(Mixer):
         self.window = window
         self.decay = decay
         self.commitment = commitment
-        init = torch.randn(n_heads - self.local_heads, self.n_clusters, head_dim, generator=self.generator("cpu"))
+        init = torch.randn(n_heads - self.local_heads, self.n_clusters, head_dim, generator=self.init_generator())
         self.register_buffer("centroids", F.normalize(init, dim=-1))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:

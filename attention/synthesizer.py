@@ -200,7 +200,7 @@ class RandomSynthesizer(_Quadratic):
             require_positive(rank=rank, hint="or null for a full matrix")
         self.rank = rank
         self.require_construction_fits(n_heads * max_len * (max_len if rank is None else 2 * rank), trainable)
-        g = self.generator("cpu")
+        g = self.init_generator()
         if rank is None:
             tensors = {"r": torch.randn(n_heads, max_len, max_len, generator=g)}
         else:

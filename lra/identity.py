@@ -55,8 +55,9 @@ SEED_FOLLOWING = tuple(k for k, c in SETTINGS.items() if c == SEED and k != "see
 # The top-level sections hashed by the resume key, in the order they were always hashed.
 # ``pretrain`` is absent from every config without +pretrain=..., so their keys are unchanged.
 IDENTITY = ("mode", "task", "attention_name", "attention", "model", "optim", "protocol", "seed", "trainer", "pretrain")
-# Switches that change the numbers only when on (a compiled or graph-safe run draws counter-based
-# randoms): off, they are left out, so the keys of runs from before they existed hold.
+# Switches that change the numbers only when on (a compiled run rounds differently; the retired
+# ``model.graph_safe`` drew counter-based randoms before every run did): off or absent, they are
+# left out, so the keys of runs from before they existed, and after one was retired, hold.
 OFF_BY_DEFAULT = (("trainer", "compile"), ("model", "graph_safe"))
 # Command-line choices of what is compared (a config group or the seed): ``attention=linear`` keeps
 # a run in its protocol, ``attention.rates=...`` (a sub-key) does not.

@@ -6,6 +6,17 @@ cross-attention between self-attention and FFN, written from the final hidden st
 ``S = (M^1_t, .., M^L_t)`` for per-layer memories (each layer's mixer reads and writes its own).
 See :mod:`attention.memformer` for the equations and the choices.
 
+**What the recurrence forces** (issue 62). Segment ``t`` needs ``M_t``, which the slot attention
+writes from segment ``t - 1``'s final hidden states, after every layer: so the segments run one
+after another through the whole encoder, and a training step launches about ``T`` times one
+segment's operators (``T = N / segment_len``; at Table 2's N = 1024 and 32-token segments, 32
+passes of about 580 operators each: 18,637, 39 times linear attention's step). Nothing across
+segments can be batched without changing the model (a per-layer memory still waits for its own
+layer's previous segment). What does not depend on the memory is batched: the embedding, the
+segment split, the final concatenation and pooling run once; within a segment every layer's
+self-attention, memory read and slot write are batched over the batch and heads. On a GPU that
+loop is what CUDA graphs (``bench.compile=reduce-overhead``) replay in one launch per graph.
+
 With a summary (CLS) token at index 0 of the input, the token is processed last, as a segment of
 its own that reads the final memory, and its output is returned at index 0 (the CLS pooler's
 place): the logits then depend on every segment.

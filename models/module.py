@@ -46,7 +46,7 @@ class LRAModule(pl.LightningModule):
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         # Whether the batch has padding, read while the mask is still on the host (free there):
-        # every layer's fast path then needs no device read (attention.graph_safe).
+        # every layer's fast path then needs no device read (attention.padding.Padding).
         if isinstance(batch, dict) and isinstance(batch.get("mask"), Tensor) and batch["mask"].device.type == "cpu":
             batch["padded"] = not bool(batch["mask"].all())
         return batch

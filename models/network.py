@@ -7,7 +7,6 @@ import torch
 from torch import Tensor, nn
 
 from attention.base import Mixer
-from attention.graph_safe import graph_safe
 from attention.padding import Padding
 from models.embedding import Embedding
 from models.encoder import Encoder
@@ -23,11 +22,7 @@ class LRAClassifier(nn.Module):
     ``padded`` (whether ``mask`` has a False entry) is decided once per batch for every layer and
     segment (:class:`attention.padding.Padding`): given by the caller when it knows it on the host
     (``LRAModule`` does, before the batch reaches the device), else read from the mask once per
-    forward.
-
-    ``graph_safe``: every forward runs graph-safe (:func:`attention.graph_safe.graph_safe`: no host
-    read, counter-based random draws), as it does anyway while ``torch.compile`` traces it; eager
-    runs then draw what a compiled run draws."""
+    forward."""
 
     def __init__(
         self,
@@ -43,7 +38,6 @@ class LRAClassifier(nn.Module):
         dropout: float = 0.1,
         pool: str = "mean",
         dual: bool = False,
-        graph_safe: bool = False,
     ) -> None:
         super().__init__()
         for name, value in {"d_model": d_model, "n_layers": n_layers, "d_ffn": d_ffn, "max_len": max_len,
@@ -60,7 +54,6 @@ class LRAClassifier(nn.Module):
         segment_recurrent = getattr(encoder.blocks[0].attn.mixer, "segment_recurrent", False)
         self.encoder = MemformerEncoder(encoder, summary_first=pool == "cls") if segment_recurrent else encoder
         self.dual = dual
-        self.graph_safe = graph_safe
         self.head = DualHead(d_model, d_head, num_classes) if dual else ClassifierHead(d_model, d_head, num_classes)
 
     def encode(self, ids: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
@@ -77,15 +70,10 @@ class LRAClassifier(nn.Module):
         """Per-token encoder outputs ``[B, N, d]`` before pooling, one per input position (a CLS
         token's output is dropped): what a per-token head (self-pretraining's) reads. One document
         per row: a dual model's pairs are flattened by the caller."""
-        with graph_safe(self.graph_safe):
-            h, _ = self._states(ids, mask, padded)
+        h, _ = self._states(ids, mask, padded)
         return h[:, 1:] if self.cls is not None else h
 
     def forward(self, ids: Tensor, mask: Tensor, padded: bool | None = None) -> Tensor:
-        with graph_safe(self.graph_safe):
-            return self._forward(ids, mask, padded)
-
-    def _forward(self, ids: Tensor, mask: Tensor, padded: bool | None) -> Tensor:
         if self.dual:
             if ids.dim() != 3 or ids.shape[1] != 2:
                 raise ValueError(f"dual (retrieval) model expects ids [B, 2, N], got {tuple(ids.shape)}")

@@ -1,7 +1,11 @@
 #!/bin/bash
 # The CUDA checks of a GPU session in one command (docs/testing.md, "On a GPU"). CI never runs this.
-#   bash tests/gpu_check.sh [bench] [tests] [devruns] [compile] [listops]   (no argument: the first three)
+#   bash tests/gpu_check.sh [modes] [bench] [tests] [devruns] [compile] [listops]   (no argument: the first four)
 # Logs, JUnit XML and a tarball of the run records and run logs go to $OUT (default $RES/out). Stages:
+#   modes    first (issue 62): Table 2's step eager, compiled (torch.compile default) and compiled with
+#            CUDA graphs (mode=reduce-overhead), interleaved in one process, N 1K and 4K, with the
+#            ratios to eager; $MODE_VARIANTS (default: softmax and the launch-bound variants) and
+#            $MODE_LENGTHS choose the rows (each compile costs tens of seconds)
 #   bench    AdaMRA Table 2 alone on the GPU (in-process: the CUDA peak is reset per measurement)
 #   tests    the float64 reference and contract tests on CUDA; -v names each result as it comes, so a
 #            run cut by its timeout still names its failures (grep FAILED cuda_tests.log)
@@ -15,7 +19,7 @@ set -u
 RES=${RES:-/tmp/lra-gpu-check}; OUT=${OUT:-$RES/out}
 mkdir -p "$OUT" "$RES"
 export PYTHONUNBUFFERED=1 WANDB_MODE=offline
-stages=${*:-bench tests devruns}
+stages=${*:-modes bench tests devruns}
 T0=$(date +%s)
 mark() { echo "[t=$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/timeline.txt"; }
 { date -u; nvidia-smi; python3 -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name())"; } > "$OUT/machine.txt" 2>&1
@@ -23,6 +27,10 @@ mark() { echo "[t=$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/timeline.txt"; }
 for stage in $stages; do
   mark "$stage start"
   case $stage in
+    modes)
+      timeout 480 python3 -m lra.bench --protocol table2 --no-isolate --threads 0 --min-time 1 \
+        --variants ${MODE_VARIANTS:-linear,adamra_t2a,nystromformer,bigbird} --lengths ${MODE_LENGTHS:-1024 4096} \
+        --modes eager,default,reduce-overhead --results-dir "$RES/modes" > "$OUT/modes.log" 2>&1 ;;
     bench)
       LRA_RESULTS_DIR=$RES/bench timeout 300 python3 run.py -m experiment=efficiency bench.isolate=false \
         bench.min_time_s=1.0 hydra.sweep.dir=$RES/multirun/bench > "$OUT/bench.log" 2>&1 ;;
@@ -57,7 +65,7 @@ for stage in $stages; do
       done
       wait $pids
       tar czf - $dir/runs $dir/checkpoints | split -b 15m -d - "$OUT/listops.tgz.part" ;;  # cat the parts | tar xzf -
-    *) echo "unknown stage '$stage' (valid: bench tests devruns compile listops)" >&2; exit 2 ;;
+    *) echo "unknown stage '$stage' (valid: modes bench tests devruns compile listops)" >&2; exit 2 ;;
   esac
   mark "$stage rc=$?"
 done

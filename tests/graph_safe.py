@@ -1,11 +1,11 @@
 """What ``torch.compile`` and a GPU need of a training step, measured on CPU per variant.
 
 * :func:`compiled_step`: the loss and gradients of ``torch.compile(fullgraph=True)`` of the network
-  against the same step run eagerly in graph-safe mode. ``fullgraph=True`` makes any graph break an
+  against the same step run eagerly. ``fullgraph=True`` makes any graph break an
   error naming its line, so a compile that succeeds has none.
 * :func:`aten_ops`: the operators Inductor lowers for a compiled training step.
-* :func:`step_under_forbidden_syncs`: a graph-safe training forward and backward that raises at the
-  first host sync (:func:`tests.host_syncs.forbid_host_syncs`).
+* :func:`step_under_forbidden_syncs`: a training forward and backward that raises at the first
+  host sync (:func:`tests.host_syncs.forbid_host_syncs`).
 * :func:`graph_breaks`: ``torch._dynamo.explain`` of the training forward: every break and its
   reason, where a compile stops at the first (the diagnostic below; tests compile instead).
 
@@ -20,7 +20,8 @@ from typing import Callable
 
 import torch
 
-from attention.graph_safe import accelerator_branches, graph_safe
+from attention.base import emulate_accelerator
+from attention.graph_safe import accelerator_branches
 from lra.checks.contract import compiled_step  # noqa: F401 - the variant check's compiled step, one copy
 from tests.tiny_network import step_batch, tiny_network, training_loss
 
@@ -41,15 +42,14 @@ def scalar_cpp() -> None:
 
 
 def graph_breaks(name: str, padded: bool, **overrides) -> tuple[int, list[str]]:
-    """Graph breaks of a training forward of ``name`` (2 layers), with their distinct reasons.
-    Tracing is graph-safe by itself (:func:`attention.graph_safe.graph_safe_active`), and runs the
-    accelerator's branches."""
-    net = tiny_network(name, **overrides).train()
+    """Graph breaks of a training forward of ``name`` (2 layers), with their distinct reasons, on
+    the accelerator's choices, the padding stated as ``LRAModule`` states it."""
+    net = emulate_accelerator(tiny_network(name, **overrides).train())
     ids, mask, label = step_batch(padded)
     torch._dynamo.reset()
 
     def loss(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return training_loss(net, ids, mask, label)
+        return training_loss(net, ids, mask, label, padded=padded)
 
     with warnings.catch_warnings(), accelerator_branches():
         warnings.simplefilter("ignore")
@@ -77,10 +77,10 @@ def aten_ops(name: str, padded: bool, part: str = "network", **overrides) -> set
 
 
 def step_under_forbidden_syncs(name: str, padded: bool, **overrides) -> torch.Tensor:
-    """A graph-safe training forward and backward of ``name``; raises at the first host sync."""
+    """A training forward and backward of ``name``, its padding stated; raises at the first host sync."""
     from tests.host_syncs import forbid_host_syncs
 
-    net = tiny_network(name, graph_safe=True, **overrides).train()
+    net = tiny_network(name, **overrides).train()
     ids, mask, label = step_batch(padded)
     with forbid_host_syncs():
         loss = training_loss(net, ids, mask, label, padded=padded)

@@ -74,6 +74,21 @@ from lra.footprint import PeakMemory, count_parameters
 log = logging.getLogger(__name__)
 RESULT_TAG = "LRA_BENCH_RESULT "
 DEVICES = ("auto", "cpu", "cuda")
+# bench.compile: false (eager), true (torch.compile's default mode), or a torch.compile mode;
+# "reduce-overhead" replays the compiled step as CUDA graphs (one launch per graph on a GPU).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile_mode(value: Any) -> str | None:
+    """The torch.compile mode of ``bench.compile`` (None: eager)."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return "default"
+    if str(value) not in COMPILE_MODES:
+        raise ConfigError(f"bench.compile={value!r} is invalid: false (eager), true, or a torch.compile mode "
+                          f"({', '.join(COMPILE_MODES)}), e.g. bench.compile=reduce-overhead for CUDA graphs")
+    return str(value)
 
 
 @dataclass(frozen=True)
@@ -164,8 +179,8 @@ def check_settings(b: Any) -> None:
     for key, low in (("batch_size", 1), ("repeats", 1), ("rounds", 1), ("warmup", 0)):
         if b.get(key) is not None:
             _count(b, key, low, example=examples[key])
-    if b.get("compile") and int(b.get("warmup") or 0) < 1:
-        raise ConfigError("bench.compile=true needs bench.warmup >= 1: the first step compiles, and must not be timed")
+    if compile_mode(b.get("compile")) and int(b.get("warmup") or 0) < 1:
+        raise ConfigError("bench.compile needs bench.warmup >= 1: the first step compiles, and must not be timed")
     min_time = b.get("min_time_s")
     if min_time is not None and (isinstance(min_time, bool) or not isinstance(min_time, (int, float)) or min_time < 0):
         raise ConfigError(f"bench.min_time_s={min_time!r} is invalid: it must be a number of seconds >= 0, e.g. bench.min_time_s=3.0")
@@ -203,14 +218,15 @@ def plan(cfg: Any, attention_name: str) -> tuple[dict[str, Any], list[dict[str, 
         "task": shapes["name"] if shapes else "none", "task_shapes": shapes,  # a block sees no task
         "attention_dropout_forced_to_0": forced, "isolate": bool(b.isolate),
         "cpu_malloc": str(b.get("cpu_malloc") or "default") if b.isolate else "default",
-        "min_time_s": min_time, "rounds": rounds, "compile": bool(b.get("compile")),
+        "min_time_s": min_time, "rounds": rounds, "compile": bool(compile_mode(b.get("compile"))),
+        **({"compile_mode": compile_mode(b.get("compile"))} if compile_mode(b.get("compile")) else {}),
         "timing": (f"median of all device-synchronised steps, at least {repeats} and {min_time:g} s of them after "
                    f"{warmup} warm-up steps, pooled over {rounds} round(s)"),
     }
     common = {"kind": proto.kind, "attention": attn, "batch_size": batch, "repeats": repeats, "warmup": warmup,
               "min_time_s": min_time, "rounds": rounds,
               "device": device, "seed": int(cfg.seed), "threads": int(b.get("threads") or torch.get_num_threads()),
-              "cpu_malloc": meta["cpu_malloc"], "compile": meta["compile"]}
+              "cpu_malloc": meta["cpu_malloc"], "compile": meta.get("compile_mode", False)}
     specs = []
     for n in lengths:
         if proto.kind == "train_step":
@@ -232,10 +248,11 @@ def _sync(device: torch.device) -> None:
 
 
 def _maybe_compile(model: torch.nn.Module, spec: dict[str, Any]) -> None:
-    """``bench.compile``: the model compiled as ``trainer.compile`` does (graph-safe by tracing,
-    fullgraph, static shapes); the first warm-up step pays the compilation (``first_step_s``)."""
+    """``bench.compile``: the model compiled as ``trainer.compile`` does (fullgraph, static shapes),
+    in the spec's torch.compile mode; the first warm-up step pays the compilation (``first_step_s``)."""
     if spec.get("compile"):
-        model.compile(fullgraph=True, dynamic=False)
+        mode = compile_mode(spec["compile"])
+        model.compile(fullgraph=True, dynamic=False, mode=None if mode == "default" else mode)
 
 
 Step = Callable[[], None]
@@ -522,14 +539,21 @@ def ratio_table(names: list[str], lengths: list[int], results: dict[tuple[str, i
     return "\n".join([fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
 
 
-def compile_table(names: list[str], lengths: list[int], results: dict[tuple[str, int], dict[str, Any]]) -> str:
-    """Compiled step time / eager step time per variant and length (``--against-eager``)."""
-    lines = ["compiled / eager step time (median ms; first compiled step in s)",
+# the row label suffix of each --modes entry (eager has none)
+MODE_LABELS = {"eager": "", "default": " compiled", "reduce-overhead": " cudagraphs",
+               "max-autotune": " max-autotune", "max-autotune-no-cudagraphs": " max-autotune-no-cudagraphs"}
+
+
+def compile_table(names: list[str], lengths: list[int], results: dict[tuple[str, int], dict[str, Any]],
+                  mode: str = "default") -> str:
+    """Step time in torch.compile ``mode`` / eager step time per variant and length (``--modes``)."""
+    label = MODE_LABELS[mode]
+    lines = [f"{label.strip()} / eager step time (median ms; first compiled step in s)",
              "| variant | " + " | ".join(f"N={n}" for n in lengths) + " |", "|---" * (len(lengths) + 1) + "|"]
     for v in names:
         cells = []
         for n in lengths:
-            c, e = results.get((f"{v} compiled", n), {}), results.get((v, n), {})
+            c, e = results.get((f"{v}{label}", n), {}), results.get((v, n), {})
             if c.get("status") == "ok" and e.get("status") == "ok":
                 cells.append(f"{c['ms'] / e['ms']:.2f}x ({c['ms']:.0f}/{e['ms']:.0f} ms; {c.get('first_step_s', 0):.0f} s)")
             else:
@@ -555,8 +579,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads per measurement (default 1: honest per-core timings; 0: torch's default)")
     p.add_argument("--no-isolate", action="store_true", help="measure in this process (faster, less honest memory)")
     p.add_argument("--compile", action="store_true", help="torch.compile each step's model (fullgraph, graph-safe)")
-    p.add_argument("--against-eager", action="store_true",
-                   help="measure every variant compiled and eager, interleaved, and print compiled/eager ratios")
+    p.add_argument("--against-eager", action="store_true", help="the same as --modes eager,default")
+    p.add_argument("--modes", default=None,
+                   help="comma-separated: eager and torch.compile modes (default, reduce-overhead = CUDA graphs), "
+                        "each variant measured in each, interleaved, with the ratios to eager")
     p.add_argument("--results-dir", default=os.environ.get(FOLDERS["results_dir"][0]) or None,
                    help="also write one run record per variant here (default: $LRA_RESULTS_DIR when it is set, "
                         "where run.py writes them; else no records)")
@@ -578,7 +604,10 @@ def main(argv: list[str] | None = None) -> int:
             over.append(f"bench.{key}=" + (json.dumps(val).replace(" ", "") if isinstance(val, list) else str(val)))
     if args.no_isolate:
         over.append("bench.isolate=false")
-    if args.compile or args.against_eager:
+    modes = [m.strip() for m in (args.modes or ("eager,default" if args.against_eager else "")).split(",") if m.strip()]
+    if any(m not in MODE_LABELS for m in modes):
+        p.error(f"--modes: each one of {', '.join(MODE_LABELS)}")
+    if args.compile or any(m != "eager" for m in modes):
         over.append("bench.compile=true")
     unknown = [v for v in names if not (CONF_DIR / "attention" / f"{v}.yaml").is_file()]
     if unknown:
@@ -591,36 +620,41 @@ def main(argv: list[str] | None = None) -> int:
     meta0 = plans[names[0]][0]
     print(f"protocol {args.protocol}: {meta0['description']}; {meta0['timing']}; device {meta0['device']}; "
           f"memory: peak minus pre-build baseline, {'in this process' if args.no_isolate else 'fresh subprocess per measurement'}")
-    modes = (True, False) if args.against_eager else (meta0["compile"],)
-    label = {True: " compiled", False: ""} if args.against_eager else {True: "", False: ""}
+    compiles = [False if m == "eager" else m for m in modes] or [meta0.get("compile_mode", False)]
+    label = {c: MODE_LABELS["eager" if c is False else c] for c in compiles} if modes else {compiles[0]: ""}
     results: dict[tuple[str, int], dict[str, Any]] = {}
     for i, n in enumerate(meta0["lengths"]):  # interleaved, so load drift hits every variant alike
-        rounds: dict[tuple[str, bool], list[dict[str, Any]]] = {(v, c): [] for v in names for c in modes}
+        rounds: dict[tuple[str, Any], list[dict[str, Any]]] = {(v, c): [] for v in names for c in compiles}
         for _ in range(meta0["rounds"]):
             for v in names:
-                for c in modes:
+                for c in compiles:
                     spec = plans[v][1][i] | {"rounds": 1, "compile": c}
                     rounds[(v, c)] += run_specs([spec], isolate=not args.no_isolate)
         for (v, c), measured in rounds.items():
             results[(v + label[c], n)] = pool_rounds(measured)
             print(_line(v + label[c], results[(v + label[c], n)]), flush=True)
     print()
-    print(ratio_table([v + label[c] for v in names for c in modes], meta0["lengths"], results))
-    if args.against_eager:
-        print()
-        print(compile_table(names, meta0["lengths"], results))
+    print(ratio_table([v + label[c] for v in names for c in compiles], meta0["lengths"], results))
+    if False in compiles:
+        for c in compiles:
+            if c is not False:
+                print()
+                print(compile_table(names, meta0["lengths"], results, c))
     if args.results_dir:
-        for c in modes:  # one record per variant and mode (compiled and eager are separate bench groups)
+        for c in compiles:  # one record per variant and mode (compiled and eager are separate bench groups)
             _write_cli_records(args.results_dir, plans, {(v, n): results[(v + label[c], n)] for v in names
                                                           for n in meta0["lengths"]}, compiled=c)
     return 0
 
 
-def _write_cli_records(results_dir: str, plans: dict, results: dict, compiled: bool = False) -> None:
+def _write_cli_records(results_dir: str, plans: dict, results: dict, compiled: bool | str = False) -> None:
     from lra.records import RunRecord
 
     for v, (meta, specs) in plans.items():
-        meta, specs = meta | {"compile": compiled}, [s | {"compile": compiled} for s in specs]
+        mode = compile_mode(compiled)
+        meta = {k: x for k, x in meta.items() if k != "compile_mode"} | {"compile": bool(mode)} | (
+            {"compile_mode": mode} if mode else {})
+        specs = [s | {"compile": mode or False} for s in specs]
         rs = [results[(v, n)] for n in meta["lengths"]]
         ok = [r for r in rs if r.get("status") == "ok"]
         rec = RunRecord(results_dir, mode="bench", task=meta["task"], attention=v, seed=specs[0]["seed"],

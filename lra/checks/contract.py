@@ -287,17 +287,16 @@ SEQ, BATCH, VOCAB, CLASSES = 64, 4, 16, 3
 PADDED_LENGTHS = [SEQ, 50, 37, 20]
 
 
-def tiny_network(variant: str | Factory, n_layers: int = 2, graph_safe: bool = False, small: bool = True,
+def tiny_network(variant: str | Factory, n_layers: int = 2, small: bool = True,
                  seq: int = SEQ, pool: str = "mean", **settings) -> nn.Module:
     """A 2-layer LRA classifier (d_model 16, 2 heads) of ``variant``, seeded; a name at
-    :data:`SMALL_STRUCTURE` unless ``small=False``; ``graph_safe`` as ``model.graph_safe``; ``pool``
-    as ``model.pool``."""
+    :data:`SMALL_STRUCTURE` unless ``small=False``; ``pool`` as ``model.pool``."""
     from models.network import LRAClassifier
 
     torch.manual_seed(0)
     mixer = factory(variant, small=small)(**settings)
     return LRAClassifier(mixer, vocab_size=VOCAB, num_classes=CLASSES, max_len=seq, d_model=16, n_layers=n_layers,
-                         n_heads=2, d_ffn=32, dropout=0.0, graph_safe=graph_safe, pool=pool)
+                         n_heads=2, d_ffn=32, dropout=0.0, pool=pool)
 
 
 def step_batch(padded: bool, seed: int = 1) -> tuple[Tensor, Tensor, Tensor]:
@@ -404,17 +403,16 @@ def logits_batch_independence(net: nn.Module, ids: Tensor, mask: Tensor, what: s
 def compiled_step(variant: str | Factory, padded: bool, steps: int = 2, backend: str | Callable = "inductor",
                   n_layers: int = 1, part: str = "network", **settings) -> list[tuple[Tensor, dict, dict]]:
     """Per step: (eager loss - compiled loss, eager grads, compiled grads) of two identical
-    networks: one built with ``graph_safe=True`` and run eagerly, one built without the flag and
-    compiled as ``trainer.compile`` compiles whatever the flag says (``fullgraph=True``, static
-    shapes), so its trace must be graph-safe by itself
-    (:func:`attention.graph_safe.graph_safe_active`) and have no graph break. The second step checks
+    networks, one run eagerly and one compiled as ``trainer.compile`` compiles it
+    (``fullgraph=True``, static shapes: a graph break is an error), with the batch's padding stated
+    as ``LRAModule`` states it. Both draw the same counter-based randoms. The second step checks
     that the state a step leaves (draw counters, centroids, redraws) compiles too.
 
     ``part="attention"`` compiles only the first block's attention (projections and mixer, the code
     that differs between configs) and runs the rest of the network eagerly: the same trace of the
     attention, with about half the generated kernels (linformer: 13 of 23)."""
-    eager = tiny_network(variant, n_layers, graph_safe=True, **settings).train()
-    compiled = tiny_network(variant, n_layers, graph_safe=False, **settings).train()
+    eager = tiny_network(variant, n_layers, **settings).train()
+    compiled = tiny_network(variant, n_layers, **settings).train()
     compiled.load_state_dict(eager.state_dict())
     torch._dynamo.reset()
     target = compiled if part == "network" else compiled.encoder.blocks[0].attn
@@ -425,7 +423,7 @@ def compiled_step(variant: str | Factory, padded: bool, steps: int = 2, backend:
         results = []
         for net in (eager, compiled):
             net.zero_grad(set_to_none=True)
-            loss = training_loss(net, ids, mask, label)
+            loss = training_loss(net, ids, mask, label, padded=padded)
             loss.backward()
             results.append((loss.detach(), {n: p.grad for n, p in net.named_parameters() if p.grad is not None}))
         out.append((results[0][0] - results[1][0], results[0][1], results[1][1]))

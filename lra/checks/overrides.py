@@ -68,6 +68,14 @@ def _group_choices(conf_dir: Path, group: str) -> list[str]:
     return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
 
 
+# Settings that once existed, and what replaced them: an old command gets this one line.
+RETIRED = {
+    "model.graph_safe": "model.graph_safe is gone (issue 62): every attention variant has one path, with static shapes "
+                        "and counter-based random draws, run eagerly by default and compiled with trainer.compile=true; "
+                        "drop the setting",
+}
+
+
 def check_overrides(argv: list[str], conf_dir: Path) -> None:
     """Stage 1: group choices and setting names of ``python run.py ARGV``, before Hydra sees them.
 
@@ -77,6 +85,9 @@ def check_overrides(argv: list[str], conf_dir: Path) -> None:
     if any(a in ("-cn", "--config-name", "-cp", "--config-path", "-cd", "--config-dir") or
            a.startswith(("--config-name=", "--config-path=", "--config-dir=")) for a in argv):
         return
+    for a in argv:
+        if "=" in a and (key := a.lstrip("+~").split("=", 1)[0]) in RETIRED:
+            raise ConfigError(RETIRED[key])
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     plain = [a for a in argv if "=" in a and not a.startswith(("-", "+", "~", "hydra.", "hydra/"))]

@@ -109,7 +109,8 @@ def bench_groups(runs: list[Run], ledger: Ledger) -> list[BenchGroup]:
         threads = (rec.get("efficiency") or {}).get("threads")
         setup = ", ".join([f"{threads} thread(s)"] * (threads is not None)
                           + [f"{k}={bench[k]}" for k in ("isolate", "cpu_malloc") if k in bench]
-                          + ["torch.compile"] * bool(bench.get("compile"))) or "setup unrecorded"
+                          + [f"torch.compile{'' if bench.get('compile_mode', 'default') == 'default' else ' ' + bench['compile_mode']}"]
+                          * bool(bench.get("compile"))) or "setup unrecorded"
         key = (str(bench.get("protocol")), device_label(rec), int(bench.get("batch_size") or 0), str(rec["task"]),
                model_label(rec), setup)
         digest = hashlib.sha1(json.dumps([key, sizes, shapes], sort_keys=True, default=str).encode()).hexdigest()[:6]

@@ -1,14 +1,14 @@
-"""Graph-safe mode, per config: what ``torch.compile`` and a GPU need (issue 25), measured on CPU.
+"""What ``torch.compile`` and a GPU need of every config (issues 25 and 62), measured on CPU.
 
 For every config in ``conf/attention/`` and a padded and an unpadded batch (tiny network, training
-mode, :mod:`tests.graph_safe`):
+mode, padding stated as ``LRAModule`` states it, :mod:`tests.graph_safe`):
 
-* a graph-safe training forward and backward makes no host sync (the first one raises, naming its
-  line: ``.item()``, ``bool()``, ``.tolist()``, data-dependent shapes, host-built tensors);
-* ``torch.compile(fullgraph=True, dynamic=False)`` of a network built without the graph-safe flag
-  (as ``trainer.compile`` compiles a default network) has no graph break (``fullgraph=True`` makes
-  the first one an error naming its line) and runs two training steps whose loss and gradients
-  match a graph-safe network run eagerly (float32 tolerances of the contract tests). Each (config,
+* a training forward and backward makes no host sync (the first one raises, naming its line:
+  ``.item()``, ``bool()``, ``.tolist()``, data-dependent shapes, host-built tensors);
+* ``torch.compile(fullgraph=True, dynamic=False)`` of the network (as ``trainer.compile`` compiles
+  it) has no graph break (``fullgraph=True`` makes the first one an error naming its line) and runs
+  two training steps whose loss and gradients match the same network run eagerly (float32
+  tolerances of the contract tests). Each (config,
   padding) pair is compiled once: the padded batch of the ``INDUCTOR`` configs with Inductor, the
   backend ``trainer.compile`` uses, which generates C++ on CPU (their attention; see
   ``INDUCTOR_PART``); every other pair with ``aot_eager_decomp_partition`` (the graph capture,
@@ -19,8 +19,6 @@ mode, :mod:`tests.graph_safe`):
 A separate ``torch._dynamo.explain`` per pair (every break with its reason) was dropped in issue 35:
 the compile already fails at any break, so it proved nothing more for 196 s of CPU; ``python -m
 tests.graph_safe`` still prints it when a compile fails and all the reasons are wanted.
-
-The float64 reference tests run in both modes (``attention_mode`` in ``conftest.py``).
 """
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ import pytest
 import torch
 import torch._inductor.config
 
-from attention.graph_safe import graph_safe, graph_safe_active
 from attention.registry import variant_names
 from tests.attention_harness import ONE_PER_MODULE
 from lra.checks.contract import compiled_matches_eager
@@ -131,46 +128,19 @@ def test_every_config_is_compiled_padded_and_unpadded() -> None:
     assert pairs == {(n, padded) for n in CONFIGS for padded in (True, False)}
 
 
-# -- the switch itself -------------------------------------------------------------------------------
+# -- the counter-based draws --------------------------------------------------------------------------
 
 def test_counter_draws_advance_in_training_and_repeat_in_eval() -> None:
     from attention.registry import build_mixer
 
     torch.manual_seed(0)
     mixer = build_mixer("softmax")(n_heads=2, head_dim=4, max_len=8)
-    with graph_safe():
-        first, second = mixer.rand((3,), "cpu"), mixer.rand((3,), "cpu")
-        assert not torch.equal(first, second) and int(mixer.draws) == 2
-        mixer.eval()
-        assert torch.equal(mixer.randn((3,), "cpu"), mixer.randn((3,), "cpu")) and int(mixer.draws) == 2
+    first, second = mixer.rand((3,), "cpu"), mixer.rand((3,), "cpu")
+    assert not torch.equal(first, second) and int(mixer.draws) == 2
+    mixer.eval()
+    assert torch.equal(mixer.randn((3,), "cpu"), mixer.randn((3,), "cpu")) and int(mixer.draws) == 2
     state = mixer.get_extra_state()
-    assert state["draws"] == 2
+    assert state == {"seed": mixer.seed, "draws": 2}
     mixer.draws.zero_()
-    mixer.set_extra_state(state)
+    mixer.set_extra_state({**state, "streams": {}})    # a checkpoint from before the counter-only stream
     assert int(mixer.draws) == 2
-
-
-def test_nested_off_leaves_an_enclosing_block_on() -> None:
-    """``graph_safe(False)`` inside a graph-safe block (the network's own switch, entered on every
-    forward) keeps the block graph-safe; on its own it stays off."""
-    with graph_safe():
-        with graph_safe(False):
-            assert graph_safe_active()
-        assert graph_safe_active()
-    with graph_safe(False):
-        assert not graph_safe_active()
-    assert not graph_safe_active()
-
-
-def test_network_without_the_flag_draws_graph_safe_inside_a_block() -> None:
-    """A network built with ``graph_safe=False`` and called inside a graph-safe block draws
-    counter-based randoms (its mixers' draw counters advance) and reads no mask."""
-    from attention.base import Mixer
-    from tests.tiny_network import step_batch, tiny_network, training_loss
-
-    net = tiny_network("abc_rd", n_layers=1).train()
-    ids, mask, label = step_batch(True)
-    with graph_safe():
-        training_loss(net, ids, mask, label)
-    draws = [int(m.draws) for m in net.modules() if isinstance(m, Mixer)]
-    assert draws and all(d > 0 for d in draws), f"draw counters {draws}: the nested switch turned graph-safe off"

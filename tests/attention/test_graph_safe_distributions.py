@@ -1,15 +1,15 @@
-"""Graph-safe draws proven equal in distribution, variant by variant (issue 38).
+"""Counter-based draws proven right in distribution, variant by variant (issues 38 and 62).
 
-Graph-safe mode draws other values than eager mode (counter-based uniforms and normals,
-:mod:`attention.counter_random`). The uniforms are tested in ``test_counter_random.py``; a
-distribution goes wrong in what a variant *builds* from them (a slot rounded instead of floored,
-a rotation half dropped), so each test here takes what the variant builds and tests it against
-its exact distribution, in both modes (eager passing proves the test's own law right):
+Every variant draws counter-based uniforms and normals (:mod:`attention.counter_random`), eager
+and compiled alike. The uniforms are tested in ``test_counter_random.py``; a distribution goes
+wrong in what a variant *builds* from them (a slot rounded instead of floored, a rotation half
+dropped), so each test here takes what the variant builds and tests it against its exact
+distribution:
 
 * ABC_RD: slot frequencies (uniform over the m slots);
 * AdaMRA's random router: the head of each query (uniform over the routed heads);
 * BigBird: the random blocks of each row (an r-subset, uniform over the row's candidates), from
-  the graph-safe per-sample tables and the eager plan of each length;
+  the per-sample tables;
 * Reformer: bucket occupancy of fixed vectors under the rotations (uniform over the buckets);
 * clustered, i_clustered: hash bits of query pairs at angle theta (SimHash: agree w.p. 1 - theta/pi);
 * Performer: the feature matrix (orthogonal blocks, chi_d row norms, uniform directions);
@@ -23,14 +23,14 @@ resolve a factor-2 density error on a tenth of the mass. The seeds are fixed (de
 flake); ``GRAPH_SAFE_DIST_SEED=<int>`` reruns them at another seed. The p-values are printed
 (``-rA`` or ``-s`` shows them) and kept as ``record_property`` entries.
 
-``test_every_drawing_config_is_covered`` keeps the list complete: a config whose graph-safe
-training forward advances a draw counter must have a test here.
+``test_every_drawing_config_is_covered`` keeps the list complete: a config whose training
+forward advances a draw counter must have a test here.
 """
 from __future__ import annotations
 
 import math
 import os
-from typing import Callable, Iterator
+from typing import Callable
 
 import pytest
 import torch
@@ -40,7 +40,6 @@ from torch import Tensor
 from attention import sinkhorn as sinkhorn_module
 from attention.base import Mixer
 from attention.clustered import hash_queries
-from attention.graph_safe import graph_safe
 from attention.registry import build_mixer, variant_names
 from tests.attention_harness import DRAWING  # each has a test below
 
@@ -48,16 +47,9 @@ ALPHA = 1e-6          # a p-value below it fails
 POWER = 0.99          # the chance a factor-2 error in one category fails, at the least
 SEED = int(os.environ.get("GRAPH_SAFE_DIST_SEED", "38"))
 CPU = torch.device("cpu")
-MODES = ["eager", "graph_safe"]
 
-# BigBird draws its plan at construction; graph-safe mode builds each sample's plan from it
+# BigBird draws its plan at construction and builds each sample's plan from it
 PLANNED = {"bigbird"}
-
-
-@pytest.fixture(params=MODES)
-def mode(request: pytest.FixtureRequest) -> Iterator[str]:
-    with graph_safe(request.param == "graph_safe"):
-        yield request.param
 
 
 @pytest.fixture
@@ -126,7 +118,7 @@ def fixed_vectors(n: int, d: int) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- ABC_RD, AdaMRA
-def test_abc_rd_slot_frequencies_uniform(mode: str, report) -> None:
+def test_abc_rd_slot_frequencies_uniform(report) -> None:
     """Each real token's slot (the one-hot control vectors the variant builds) is uniform over
     the m slots: floor(m u), not round((m - 1) u) (half weight at both ends)."""
     seeded(1)
@@ -147,7 +139,7 @@ def test_abc_rd_slot_frequencies_uniform(mode: str, report) -> None:
     assert p >= ALPHA, f"slot counts {counts.tolist()}: chi2 {stat:.1f} on {df} df"
 
 
-def test_adamra_random_router_head_choice_uniform(mode: str, report) -> None:
+def test_adamra_random_router_head_choice_uniform(report) -> None:
     """The random router sends each query to a head uniform over the routed heads."""
     seeded(2)
     mixer = build_mixer("adamra_random_router")(n_heads=4, head_dim=4, max_len=256).train()
@@ -164,10 +156,10 @@ def test_adamra_random_router_head_choice_uniform(mode: str, report) -> None:
 
 
 # ----------------------------------------------------------------------------- BigBird
-def test_bigbird_random_blocks_per_row_uniform_over_the_candidates(mode: str, report) -> None:
+def test_bigbird_random_blocks_per_row_uniform_over_the_candidates(report) -> None:
     """Row a of a sample whose last block is L reads r random blocks, an r-subset uniform over
-    its candidates (neither in its window nor 0 nor >= L), in the plan graph-safe mode builds per
-    sample (``_tables`` over the padded length) and in the eager plan of its length (``_table``).
+    its candidates (neither in its window nor 0 nor >= L), in the plan it builds per
+    sample (``_tables`` over the padded length).
     Heads are independent plans; rows of one head draw independent priorities."""
     seeded(3)
     nb_max, heads = 12, 2000
@@ -175,11 +167,8 @@ def test_bigbird_random_blocks_per_row_uniform_over_the_candidates(mode: str, re
     r, w = mixer.num_random_blocks, mixer.window_blocks // 2
     lasts = [11, 9, 7]
     skip = 2 + mixer.window_blocks                                         # global and window slots first
-    if mode == "graph_safe":
-        idx, valid = mixer._tables(nb_max, torch.tensor(lasts))            # [B, H, nb_max - 1, S]
-        plans = [(idx[i, :, :, skip:], valid[i, :, :, skip:]) for i in range(len(lasts))]
-    else:
-        plans = [tuple(t[:, :, skip:] for t in mixer._table(last + 1)) for last in lasts]
+    idx, valid = mixer._tables(nb_max, torch.tensor(lasts))                # [B, H, nb_max - 1, S]
+    plans = [(idx[i, :, :, skip:], valid[i, :, :, skip:]) for i in range(len(lasts))]
     worst = 1.0
     for last, (ridx, rvalid) in zip(lasts, plans):
         rows = range(1, last)                                              # middle rows of this sample
@@ -206,7 +195,7 @@ def test_bigbird_random_blocks_per_row_uniform_over_the_candidates(mode: str, re
 
 
 # ----------------------------------------------------------------------------- Reformer
-def test_reformer_bucket_occupancy_uniform(mode: str, report) -> None:
+def test_reformer_bucket_occupancy_uniform(report) -> None:
     """A fixed vector x lands in bucket argmax([xR; -xR]) of Gaussian rotations R: uniform over
     the n_buckets buckets whatever x. One token per head (heads and rounds rotate independently),
     four fixed vectors over the heads, so every (head, round, call) is one independent trial."""
@@ -231,7 +220,7 @@ def test_reformer_bucket_occupancy_uniform(mode: str, report) -> None:
 
 # ----------------------------------------------------------------------------- clustered
 @pytest.mark.parametrize("name", ["clustered", "i_clustered"])
-def test_clustered_hash_bits_follow_the_angle(name: str, mode: str, report) -> None:
+def test_clustered_hash_bits_follow_the_angle(name: str, report) -> None:
     """SimHash bits of two queries at angle theta (the codes the variant builds from its planes):
     (+,+) and (-,-) each with probability (1 - theta/pi) / 2, (+,-) and (-,+) each theta / (2 pi).
     Bits (plane columns) and heads are independent; one pair per head, four angles."""
@@ -260,7 +249,7 @@ def test_clustered_hash_bits_follow_the_angle(name: str, mode: str, report) -> N
 
 # ----------------------------------------------------------------------------- Performer
 @pytest.mark.parametrize("name", ["performer", "performer_32"])
-def test_performer_features_orthogonal_with_chi_norms_and_uniform_directions(name: str, mode: str, report) -> None:
+def test_performer_features_orthogonal_with_chi_norms_and_uniform_directions(name: str, report) -> None:
     """The feature matrix a training forward draws: blocks of d orthogonal rows; row norms chi_d
     (squared: chi^2_d, KS); each coordinate of the unit rows distributed as one coordinate of a
     uniform unit vector, checked per cell of a block (cells are iid across blocks and draws) on
@@ -301,7 +290,7 @@ def test_performer_features_orthogonal_with_chi_norms_and_uniform_directions(nam
 
 
 # ----------------------------------------------------------------------------- Sinkhorn
-def test_sinkhorn_gumbel_noise_is_standard_gumbel(mode: str, report, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sinkhorn_gumbel_noise_is_standard_gumbel(report, monkeypatch: pytest.MonkeyPatch) -> None:
     """The noise the training forward adds to the sorting logits (read off the logits handed to
     the Sinkhorn iterations, the sorting net zeroed) is Gumbel(0, 1): -log(-log u), not its mirror."""
     seeded(7)
@@ -332,18 +321,18 @@ def test_sinkhorn_gumbel_noise_is_standard_gumbel(mode: str, report, monkeypatch
 
 # ----------------------------------------------------------------------------- coverage
 def _draw_counters(name: str) -> int:
-    """Counter draws of one graph-safe training step of the tiny network of ``name``."""
+    """Counter draws of one training step of the tiny network of ``name``."""
     from tests.tiny_network import step_batch, tiny_network, training_loss
 
-    net = tiny_network(name, n_layers=1, graph_safe=True).train()
+    net = tiny_network(name, n_layers=1).train()
     ids, mask, label = step_batch(True)
     training_loss(net, ids, mask, label)
     return sum(int(m.draws) for m in net.modules() if isinstance(m, Mixer))
 
 
 def test_every_drawing_config_is_covered() -> None:
-    """The configs whose graph-safe forward draws are exactly those tested above (a new drawing
+    """The configs whose training forward draws are exactly those tested above (a new drawing
     config needs a distribution test); BigBird's plan is tested without drawing."""
     drawing = {name for name in variant_names() if _draw_counters(name) > 0}
-    assert drawing == DRAWING, f"draw in graph-safe mode: {sorted(drawing)}; tested: {sorted(DRAWING)}"
+    assert drawing == DRAWING, f"draw in training: {sorted(drawing)}; tested: {sorted(DRAWING)}"
     assert PLANNED <= set(variant_names()) and not PLANNED & drawing

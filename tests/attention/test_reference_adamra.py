@@ -16,7 +16,6 @@ from tests.attention_harness import DEVICE, float64_inputs, lengths_mask, make_m
 from tests.reference.adamra import adamra_reference
 from tests.reference.agreement import assert_same, grads_of, record_calls
 
-pytestmark = pytest.mark.usefixtures("attention_mode")  # every test eager and graph-safe
 
 CONFIGS = ["adamra", "adamra_elu", "adamra_random_router", "adamra_softmax", "adamra_t2a", "adamra_t2b"]
 N = 37                                   # divides no segment size (2, 4, 8, 16, 32)

@@ -10,11 +10,10 @@ import math
 import pytest
 import torch
 
-from attention.graph_safe import graph_safe_active
+from attention import counter_random
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx, softmax_reference
 from tests.reference import baselines as ref
 
-pytestmark = pytest.mark.usefixtures("attention_mode")  # every test eager and graph-safe
 
 F64 = torch.float64
 BASELINES = ("softmax", "linear", "performer", "performer_32", "linformer", "nystromformer", "nystromformer_64",
@@ -87,8 +86,7 @@ def forward_with_draws(name: str, mixer, q, k, v, mask, x) -> tuple[torch.Tensor
         mixer.rotations = capture
     noisy = name == "sinkhorn" and mixer.training and mixer.gumbel_noise
     if noisy:
-        eager = not graph_safe_active()
-        state = mixer.generator(DEVICE).get_state() if eager else None
+        count = mixer.draws.clone()
         rand = mixer.rand
         mixer.rand = lambda *a: draws.setdefault("full", rand(*a))
     out = mixer(q, k, v, mask, x)
@@ -96,11 +94,10 @@ def forward_with_draws(name: str, mixer, q, k, v, mask, x) -> tuple[torch.Tensor
         nb = -(-q.shape[2] // mixer.block_size)
         shape = (q.shape[0], q.shape[1], mixer.max_blocks, mixer.max_blocks)
         assert draws["full"].shape == shape, "Gumbel noise drawn at the max_len size"
-        draws["u"] = draws.pop("full")[..., :nb, :nb]
-        if eager:   # the draw is the training stream's
-            g = torch.Generator(device=DEVICE)
-            g.set_state(state)
-            assert torch.equal(draws["u"], torch.rand(shape, generator=g, device=DEVICE, dtype=F64)[..., :nb, :nb])
+        full = draws.pop("full")
+        draws["u"] = full[..., :nb, :nb]
+        # the draw is the training stream's: the mixer's key at the count before the call
+        assert torch.equal(full, counter_random.uniform(shape, counter_random.key32(mixer.seed), count, full.dtype))
     return out, draws
 
 

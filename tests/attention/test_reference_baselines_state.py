@@ -7,13 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attention.graph_safe import graph_safe_active
-from attention.performer import orthogonal_gaussian
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer
 from tests.attention.test_reference_baselines import CASES, F64, IDS, inputs
 from tests.reference import baselines as ref
 
-pytestmark = pytest.mark.usefixtures("attention_mode")  # every test eager and graph-safe
 
 
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
@@ -58,17 +55,10 @@ def test_performer_features_redrawn_every_interval_training_steps_never_at_eval(
     for step, (feat, want) in enumerate(zip(seen, expected)):
         assert torch.equal(feat, made[want].to(F64)), f"call {step} ({schedule[step]}) should use the draw of call {want}"
     assert int(mixer.calls) == schedule.count("train") == mixer.get_extra_state()["training_calls"]
-    if not graph_safe_active():   # eager: the draws are the training stream's, after the constructor's
-        stream = torch.Generator(device=DEVICE).manual_seed(mixer.seed)
-
-        def randn(shape, dtype):
-            return torch.randn(shape, generator=stream, device=DEVICE, dtype=dtype)
-
-        if DEVICE.type == "cpu":   # the constructor's first draw came from the CPU training stream
-            orthogonal_gaussian(m, d, randn)
-        for call in (0, 3, 6):
-            assert torch.equal(made[call], orthogonal_gaussian(m, d, randn))
-        assert sorted(made) == [0, 3, 6] and mixer.training_calls == schedule.count("train")
+    # one fresh counter-based draw per redraw (their law: tests/attention/test_graph_safe_distributions.py)
+    assert sorted(made) == [0, 3, 6] and mixer.training_calls == schedule.count("train")
+    assert all(made[m0].shape == (m, d) for m0 in made)
+    assert not torch.equal(made[0], made[3]) and not torch.equal(made[3], made[6])
 
 
 def test_reformer_rotations_fresh_per_training_step_fixed_at_eval():
@@ -83,14 +73,9 @@ def test_reformer_rotations_fresh_per_training_step_fixed_at_eval():
         for mode in (True, True, True, False, False, True):
             mixer.train(mode)(q, q, v, mask, x)
     assert all(r.shape == shape for r in seen)
-    if graph_safe_active():   # counter-based draws: fresh per training call, one fixed eval draw
-        train, evaluation = [seen[0], seen[1], seen[2], seen[5]], seen[3]
-        assert all(not torch.equal(a, b) for i, a in enumerate(train + [evaluation]) for b in (train + [evaluation])[i + 1:])
-    else:   # the training stream's draws, and the re-seeded eval stream's
-        train_stream = torch.Generator(device=DEVICE).manual_seed(mixer.seed)
-        train = [torch.randn(shape, generator=train_stream, device=DEVICE).to(F64) for _ in range(4)]
-        evaluation = torch.randn(shape, generator=torch.Generator(device=DEVICE).manual_seed(mixer.seed ^ 0x5EED),
-                                 device=DEVICE).to(F64)
+    # counter-based draws: fresh per training call, one fixed eval draw
+    train, evaluation = [seen[0], seen[1], seen[2], seen[5]], seen[3]
+    assert all(not torch.equal(a, b) for i, a in enumerate(train + [evaluation]) for b in (train + [evaluation])[i + 1:])
     for got, want in zip(seen, [train[0], train[1], train[2], evaluation, evaluation, train[3]]):
         assert torch.equal(got, want)
     assert not torch.equal(train[0], train[1])

@@ -11,7 +11,6 @@ from tests.attention_harness import DEVICE, float64_inputs, lengths_mask, make_m
 from tests.reference.agreement import assert_same, grads_of, record_calls
 from tests.reference.clustered import clustered_reference
 
-pytestmark = pytest.mark.usefixtures("attention_mode")  # every test eager and graph-safe
 
 N = 37
 MASKS = {"padded": [37, 23, 5, 0], "unpadded": [37, 37, 37]}  # 5 < k: padded keys fill a top-k set

@@ -30,7 +30,6 @@ from tests.reference.agreement import ATOL, RTOL, assert_same, grads_of, record_
 from tests.reference.clustered import clustered_reference
 from tests.reference.routing import routing_reference
 
-pytestmark = pytest.mark.usefixtures("attention_mode")  # every test eager and graph-safe
 
 F64 = torch.float64
 

@@ -16,7 +16,6 @@ from tests.reference.agreement import RTOL, ATOL, assert_same, grads_of
 from tests.reference.routing import routing_reference
 from tests.reference.routing_ddp import routing_rank
 
-pytestmark = pytest.mark.usefixtures("attention_mode")  # every test eager and graph-safe
 
 N = 37     # divides neither the window (8) nor the cluster size (w = ceil(64 / 7) = 10)
 MASKS = {"padded": [37, 23, 0], "unpadded": [37, 37, 37]}

@@ -13,9 +13,9 @@ MUTANTS = [
            "the graph-safe linear attention forgets the key mask: padded keys enter the numerator "
            "and the normaliser", LINEAR),
     Mutant("graph-safe-abc-rd-slot-bound-off-by-one", "attention/base.py",
-           "            return (u * high).long().clamp_max(high - 1)",
-           "            return (u * (high - 1)).long()",
-           "the graph-safe Mixer.randint floor((n - 1) u) never draws n - 1: ABC_RD never picks its "
+           "        return (u * high).long().clamp_max(high - 1)",
+           "        return (u * (high - 1)).long()",
+           "Mixer.randint floor((n - 1) u) never draws n - 1: ABC_RD never picks its "
            "last slot", ABC),
     Mutant("graph-safe-adamra-padded-queries-routed", "attention/adamra.py",
            "            here = ((routed == h) & mask)[:, None, :, None]",
@@ -23,8 +23,8 @@ MUTANTS = [
            "the static-shape dispatch keeps the routed head's read at padded queries (non-zero output "
            "there, and their gradient flows into the projections and the router)", ADAMRA),
     Mutant("graph-safe-adamra-random-router-subheads-bound", "attention/base.py",
-           "            return (u * high).long().clamp_max(high - 1)",
-           "            return (u * self.n_heads).long().clamp_max(high - 1)",
-           "the graph-safe Mixer.randint draws among the shell's heads (the subheads S) instead of its "
+           "        return (u * high).long().clamp_max(high - 1)",
+           "        return (u * self.n_heads).long().clamp_max(high - 1)",
+           "Mixer.randint draws among the shell's heads (the subheads S) instead of its "
            "bound: AdaMRA's random router, with S < H, never sends a query to the coarsest heads", ADAMRA),
 ]

@@ -1,13 +1,10 @@
-"""Bugs in what graph-safe mode builds from its draws, in its unstated padding and in its switch
-(issue 38). The draws themselves are right in all of them (``test_counter_random.py`` passes); each
-changes the *distribution* of what a variant builds (slots, heads, random blocks, buckets, hash
-bits, features, Gumbel noise), so only a distribution test of that object can kill it. Where the
-code is shared with eager mode the test runs both modes, and both fail."""
+"""Bugs in what the variants build from their counter-based draws (issue 38). The draws themselves
+are right in all of them (``test_counter_random.py`` passes); each changes the *distribution* of
+what a variant builds (slots, heads, random blocks, buckets, hash bits, features, Gumbel noise),
+so only a distribution test of that object can kill it."""
 from tests.mutants import Mutant
 
 DIST = "tests/attention/test_graph_safe_distributions.py"
-SWITCH = ("tests/attention/test_graph_safe.py::test_nested_off_leaves_an_enclosing_block_on",
-          "tests/attention/test_graph_safe.py::test_network_without_the_flag_draws_graph_safe_inside_a_block")
 ABC = (f"{DIST}::test_abc_rd_slot_frequencies_uniform",)
 ADAMRA = (f"{DIST}::test_adamra_random_router_head_choice_uniform",)
 BIGBIRD = (f"{DIST}::test_bigbird_random_blocks_per_row_uniform_over_the_candidates",)
@@ -17,14 +14,14 @@ PERFORMER = (f"{DIST}::test_performer_features_orthogonal_with_chi_norms_and_uni
 SINKHORN = (f"{DIST}::test_sinkhorn_gumbel_noise_is_standard_gumbel",)
 MUTANTS = [
     Mutant("graph-safe-d-abc-rd-slots-rounded", "attention/base.py",
-           "            return (u * high).long().clamp_max(high - 1)",
-           "            return torch.round(u * (high - 1)).long()",
-           "ABC_RD's graph-safe slot (Mixer.randint) round((m - 1) u) instead of floor(m u): both end "
+           "        return (u * high).long().clamp_max(high - 1)",
+           "        return torch.round(u * (high - 1)).long()",
+           "ABC_RD's slot (Mixer.randint) round((m - 1) u) instead of floor(m u): both end "
            "slots are drawn half as often as the others", ABC),
     Mutant("graph-safe-d-adamra-router-rounded", "attention/base.py",
-           "            return (u * high).long().clamp_max(high - 1)",
-           "            return (u * high).round().long().clamp_max(high - 1)",
-           "the graph-safe random router (Mixer.randint) rounds H u: the first head gets half its queries, the last "
+           "        return (u * high).long().clamp_max(high - 1)",
+           "        return (u * high).round().long().clamp_max(high - 1)",
+           "the random router (Mixer.randint) rounds H u: the first head gets half its queries, the last "
            "one and a half times", ADAMRA),
     Mutant("graph-safe-d-bigbird-window-exclusion-off-by-one", "attention/bigbird.py",
            "        excluded = ((a - c).abs() <= w) | (c == 0)",
@@ -72,16 +69,4 @@ MUTANTS = [
            "            logits = logits + torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6)))",
            "Gumbel noise with the wrong sign: log(-log u) is the mirrored Gumbel (a long left tail)",
            SINKHORN),
-    Mutant("graph-safe-d-nested-off-switches-off", "attention/graph_safe.py",
-           "    _STATE.graph_safe = on or before",
-           "    _STATE.graph_safe = on",
-           "the network's graph_safe(False) switches off the enclosing graph-safe block of its caller: "
-           "host reads and generator draws come back", SWITCH),
-    Mutant("graph-safe-d-tracing-not-graph-safe", "attention/graph_safe.py",
-           "    return torch.compiler.is_compiling() or _STATE.graph_safe",
-           "    return _STATE.graph_safe",
-           "code traced by torch.compile is graph-safe only when the network was built with the flag: "
-           "trainer.compile of a default network reads the mask on the host, a graph break that "
-           "fullgraph=True turns into an error",
-           ("tests/attention/test_graph_safe.py::test_fullgraph_compile_matches_eager[softmax-unpadded]",)),
 ]

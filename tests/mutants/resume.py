@@ -54,10 +54,10 @@ MUTANTS = [
            "a torn last.ckpt found by the automatic resume says 'pass a .ckpt written by this suite' "
            "although the user passed none", RESUME),
     # issue 29: state a variant keeps across steps, lost on resume (killed by every config's resume test)
-    Mutant("resume-mixer-streams-dropped", "attention/base.py",
-           '        for key, gstate in state.get("streams", {}).items():',
-           "        for key, gstate in {}.items():",
-           "a checkpoint restores each mixer's seed but not its training streams: the resumed run redraws "
+    Mutant("resume-mixer-draw-count-dropped", "attention/base.py",
+           '        self.draws.fill_(int(state.get("draws", 0)))',
+           "        self.draws.fill_(0)",
+           "a checkpoint restores each mixer's seed but not its draw count: the resumed run redraws "
            "the draws it already made (Reformer rotations, Gumbel noise, router and slot draws)", VARIANTS),
     Mutant("resume-centroids-not-checkpointed", "attention/routing.py",
            'self.register_buffer("centroids", F.normalize(init, dim=-1))',
