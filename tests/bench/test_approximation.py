@@ -217,3 +217,23 @@ def test_protocol_writes_admitted_record(tmp_path, monkeypatch):
     assert "tables/approximation_sweep.csv" in files
     assert tables and set(plots) >= {"plots/approximation_error_vs_n_gauss-medium.png",
                                      "plots/approximation_pareto_gauss-medium_n128.png"}
+
+
+def test_a_config_without_a_complete_spec_stops_the_map_with_one_line(monkeypatch, capsys):
+    """No raw KeyError: the map (and run.py mode=bench, through ConfigError) says which field of which
+    file is missing, before any point runs."""
+    from attention.spec import SpecError
+    from lra.badinput import ConfigError
+
+    line = "attention/cosine.py: CosineAttention.spec lacks 'knobs' (the approximation map's budget axes; () for none)"
+
+    def incomplete(name):
+        raise SpecError(line)
+
+    monkeypatch.setattr(ap, "spec_of", incomplete)
+    with pytest.raises(ConfigError) as e:
+        ap.run(["linear"], ap.Settings(lengths=(64,), inputs=("gauss-medium",)), None, None)
+    assert str(e.value) == line
+    with pytest.raises(SystemExit):
+        ap.main(["--variants", "linear", "--no-time", "--inputs", "gauss-medium"])
+    assert line in capsys.readouterr().err
