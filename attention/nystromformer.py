@@ -199,6 +199,7 @@ class NystromAttention(Mixer):
                 "conv_kernel": Range("odd", 1, nullable=True, draw=(1, 41), rejects=(2, -1))},
         knobs=(Knob("num_landmarks", (8, 16, 32, 64, 128)),),
         fixed={"conv_kernel": None},   # the conv skip on V is a learned residual, not the approximation
+        precision={"tol": (3e-2, 0.12)},   # the 6-step iterative pinv amplifies rounding: grads 5e-2 measured
         draws=False, small={"num_landmarks": 8},
         documented=lambda m, o, heads, max_len: [
             ("num_landmarks", m.num_landmarks, min(o["num_landmarks"], max_len)),

@@ -196,6 +196,8 @@ class SinkhornAttention(Mixer):
         knobs=(Knob("block_size", (8, 16, 32, 64, 128)),), draws=lambda s: s["gumbel_noise"], small={"block_size": 8},
         # the Gumbel noise over block pairs is drawn at the padded shape: another sample at another padded length
         train_noise_off={"gumbel_noise": False},
+        # the column normalisation removes a per-column shift of the sorting logits: the last layer's bias
+        precision={"cancelled": ("sort_net.2.bias",)},
         documented=lambda m, o, heads, max_len: [
             ("block_size", m.block_size, min(o["block_size"], max_len)),
             ("max_blocks", m.max_blocks, -(-max_len // min(o["block_size"], max_len))),

@@ -156,6 +156,10 @@ class Spec:
     documented: tuple[str, ...] | Callable[..., list] = ()       # derived settings the reference grid checks
     representative: str | None = None                            # the module's config for one-per-module tests
     train_noise_off: Mapping[str, Any] = field(default_factory=dict)  # contract: training noise off
+    # the low-precision check's allowances (lra/checks/precision.py): "tol" (output, gradient) where
+    # float32 itself amplifies rounding, "flips" the fraction of rows a rounded discrete decision may
+    # flip, "cancelled" gradients zero in exact arithmetic (checked finite only), "small" sizes over ``small``
+    precision: Mapping[str, Any] = field(default_factory=dict)
     family: str | None = None                                    # grid family name (default: the module's)
     configs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
