@@ -18,14 +18,15 @@ DEVICE = torch.device(os.environ.get("LRA_TEST_DEVICE", "cpu"))
 def _one_per_module() -> list[str]:
     """One config per attention module: the one its classes' specs name ``representative`` (the one
     that switches on the most of the module's code paths: AdaMRA's random router, ABC's random
-    slots, the random synthesizer), else the module's first config; the configs of a module share its
+    slots, the random synthesizer), else the config named as the module, else its first; the configs of a module share its
     code. Tests that cannot afford every config (Inductor's op coverage, resume of every run state)
     start from these; tests/attention/test_graph_safe.py checks every module has one."""
     by_module: dict[str, list[str]] = {}
     for name in complete_configs():
         by_module.setdefault(class_of(name).__module__, []).append(name)
     named = {spec_of(n).representative for n in complete_configs()}
-    return sorted(next((n for n in names if n in named), names[0]) for names in by_module.values())
+    return sorted(next((n for n in names if n in named), next((n for n in names if n == module.rpartition(".")[2]),
+                                                             names[0])) for module, names in by_module.items())
 
 
 ONE_PER_MODULE = _one_per_module()
