@@ -162,7 +162,7 @@ class AdaMRAAttention(Mixer):
                    "feature_map": ("relu", "elu", "softmax"), "router": ("learned", "random"),
                    "head_proj": (True, False), "eps": (1e-6, 0.5)},
                   size="rates", unit=lambda r: cap(max(max(1, round(1 / c)) for c in r["rates"]), most=8),
-                  extra={"path": ("mixer", "shell")}),                       # forward on q, k, v or the fused shell path
+                  extra={"path": ("mixer", "shell")}),       # forward on q, k, v or the fused shell path
         ranges={"rates": Range("rates", 0.0, 1.0, low_open=True, draw=(0.02, 1.0), rejects=([0.0], [1.5], [])),
                 "eps": Range("float", 0.0, low_open=True, draw=(1e-9, 1.0))},
         # the budget: every head's compression rate c_h times the factor (capped at 1 = full resolution)

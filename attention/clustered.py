@@ -81,7 +81,7 @@ from attention.base import Mixer, autocast_as, autocast_state, require_non_negat
 from attention.graph_safe import host_reads_free
 from attention.masking import key_bias
 from attention.padding import Padding
-from attention.spec import Grid, Knob, Peer, Spec, cap, int_range
+from attention.spec import FT, Grid, Knob, Peer, Spec, cap, int_range
 
 
 def hash_queries(q: Tensor, planes: Tensor) -> Tensor:
@@ -378,9 +378,9 @@ class ClusteredAttention(Mixer):
         # a query near a hash hyperplane changes bits, then its cluster of 6: 10-21% of rows flip
         precision={"flips": 0.3},
         documented=("clusters", "bits", "iterations", "improved", "topk"), representative="i_clustered",
-        peers=(Peer("clustered", "fast-transformers ClusteredAttention", "pytorch-fast-transformers", "fast_transformers.attention", "clusters=100 iterations=10 bits=63",
+        peers=(Peer("clustered", "fast-transformers ClusteredAttention", *FT, "clusters=100 iterations=10 bits=63",
                     "peer_clustered", why_not="hash planes drawn inside the peer's forward"),
-               Peer("i_clustered", "fast-transformers ImprovedClusteredAttention", "pytorch-fast-transformers", "fast_transformers.attention",
+               Peer("i_clustered", "fast-transformers ImprovedClusteredAttention", *FT,
                     "clusters=100 iterations=10 bits=63 topk=32", "peer_clustered",
                     why_not="hash planes drawn inside the peer's forward")),
         configs={"clustered": {"small": {"clusters": 6}}})

@@ -178,7 +178,8 @@ class MemformerAttention(Mixer):
                   extra={"layers": (1, 2, 3), "pool": ("mean", "cls")}, shape=("heads", "n", "rows", "mode")),
         ranges={"memory_slots": int_range(1, 4), "segment_len": int_range(1, 6)},
         knobs=(), excluded="no token mixer on (q, k, v): a segment-recurrent memory carried across the whole encoder",
-        draws=False, small={"segment_len": 8, "memory_slots": 8}, documented=("memory_slots", "segment_len", "memory", "mrbp"))
+        draws=False, small={"segment_len": 8, "memory_slots": 8},
+        documented=("memory_slots", "segment_len", "memory", "mrbp"))
 
     segment_recurrent = True   # the network runs the segment loop (models.memory_encoder)
 

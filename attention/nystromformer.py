@@ -190,7 +190,8 @@ def banded_depthwise_conv(v: Tensor, keep: Tensor, weight: Tensor) -> Tensor:
 
 class NystromAttention(Mixer):
     spec = Spec(
-        grid=Grid({"num_landmarks": (32, 64, 1, 3, 8), "pinv_iterations": (6, 1, 2), "conv_kernel": (33, None, 1, 3, 35, 65)},
+        grid=Grid({"num_landmarks": (32, 64, 1, 3, 8), "pinv_iterations": (6, 1, 2),
+                   "conv_kernel": (33, None, 1, 3, 35, 65)},
                   size="num_landmarks", unit=lambda r: cap(r["num_landmarks"]),
                   # a kernel wider than the banded conv's 16-position block needs a sequence longer than 16
                   allowed=lambda r: (r.get("conv_kernel") or 0) <= 33 or (

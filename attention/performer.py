@@ -106,7 +106,8 @@ class PerformerAttention(Mixer):
             ("eps", m.eps, o["eps"] if o["eps"] is not None else (1e-6 if o["kernel"] == "softmax" else 1e-3)),
             ("features", tuple(m.features.shape), (o["nb_features"], m.head_dim))],
         peers=(Peer("performer", "performer-pytorch SelfAttention", "performer-pytorch", "performer_pytorch",
-                    "nb_features=256 softmax kernel", "peer_performer", "align_performer", agree_overrides={"eps": 1e-4}),),
+                    "nb_features=256 softmax kernel", "peer_performer", "align_performer",
+                    agree_overrides={"eps": 1e-4}),),
         configs={"performer_32": {"knobs": (Knob("nb_features", (16, 32, 64, 128, 256)),), "small": {}}})
     def __init__(
         self,

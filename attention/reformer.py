@@ -45,7 +45,7 @@ from attention.base import Mixer
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 from attention.padding import Padding
 from attention.windows import WindowAttention
-from attention.spec import Grid, Knob, Peer, Spec, cap, int_range
+from attention.spec import FT, Grid, Knob, Peer, Spec, cap, int_range
 
 
 def _look_back(t: Tensor, fill: float | bool | int) -> Tensor:
@@ -68,8 +68,9 @@ class ReformerAttention(Mixer):
         documented=lambda m, o, heads, max_len: [
             *((k, getattr(m, k), o[k]) for k in ("n_hashes", "bucket_size", "chunk_size", "self_penalty")),
             ("n_buckets", m.n_buckets, (lambda nb: 1 if nb <= 1 else nb + nb % 2)(-(-max_len // o["bucket_size"])))],
-        peers=(Peer("reformer", "fast-transformers ReformerAttention", "pytorch-fast-transformers", "fast_transformers.attention",
-                    "rounds=2 chunk_size=64 bits=N/64", "peer_reformer_ft", why_not="LSH planes drawn inside the peer's forward"),
+        peers=(Peer("reformer", "fast-transformers ReformerAttention", *FT,
+                    "rounds=2 chunk_size=64 bits=N/64", "peer_reformer_ft",
+                    why_not="LSH planes drawn inside the peer's forward"),
                Peer("reformer", "reformer-pytorch LSHSelfAttention", "reformer-pytorch", "reformer_pytorch",
                     "n_hashes=2 bucket_size=64, own bucket only, duplicates discounted", "peer_reformer_lucid",
                     why_not="random rotations drawn inside the peer's forward", biases=(False, True))))

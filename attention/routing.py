@@ -147,8 +147,10 @@ class RoutingAttention(Mixer):
                    "decay": (0.999, 0.0, 0.3, 1.0), "commitment": (1e-4, 0.0, 0.3)},
                   size="window", unit=lambda r: cap(r["window"], most=8),
                   # no more local heads than heads; decay and commitment act in training only
-                  allowed=lambda r: not (r.get("local_heads") is not None and "heads" in r and r["local_heads"] > r["heads"])
-                  and (r.get("mode") != "eval" or (r.get("decay", 0.999) == 0.999 and r.get("commitment", 1e-4) == 1e-4))),
+                  allowed=lambda r: not (r.get("local_heads") is not None and "heads" in r
+                                         and r["local_heads"] > r["heads"])
+                  and (r.get("mode") != "eval" or (r.get("decay", 0.999) == 0.999
+                                                   and r.get("commitment", 1e-4) == 1e-4))),
         ranges={"n_clusters": int_range(1, 8, nullable=True), "local_heads": int_range(0, 4, nullable=True),
                 "window": int_range(1, 8), "decay": Range("float", 0.0, 1.0, draw=(0.0, 1.0)),
                 "commitment": Range("float", 0.0, draw=(0.0, 1.0))},

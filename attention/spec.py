@@ -130,6 +130,9 @@ class Peer:
     biases: tuple[bool, bool] = (True, True)
 
 
+# pytorch-fast-transformers' (package, module): its __init__ loads every compiled extension
+FT = ("pytorch-fast-transformers", "fast_transformers.attention")
+
 # The fields every class must fill (what each is, as the error line says it).
 REQUIRED = {
     "grid": "the settings grid's value tables, attention.spec.Grid, for every key the YAML exposes",
