@@ -58,6 +58,7 @@ from torch import Tensor, nn
 from attention.base import Mixer, require_positive
 from attention.masking import key_bias, zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Knob, Spec, cap, int_range
 
 CONTROLS = ("mlp", "random", "linformer", "segment")
 
@@ -81,6 +82,14 @@ class ControlTie:
 
 
 class ABCAttention(Mixer):
+    spec = Spec(
+        grid=Grid({"memory_size": (64, 1, 3, 8), "control": ("mlp", "random", "linformer", "segment"),
+                   "normalize": (True, False), "tie": ({"_target_": "attention.abc.ControlTie"}, None)},
+                  size="memory_size", unit=lambda r: cap(r["memory_size"]),
+                  extra={"layers": (1, 2)}),                                 # tie: W_phi shared by the layers
+        ranges={"memory_size": int_range(1, 12)}, knobs=(Knob("memory_size", (16, 32, 64, 128, 256)),),
+        draws=lambda s: s["control"] == "random", small={"memory_size": 8},
+        documented=("memory_size", "control", "normalize"), representative="abc_rd")
     def __init__(
         self,
         n_heads: int,

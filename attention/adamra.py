@@ -66,6 +66,7 @@ from attention.base import Mixer, require_positive
 from attention.graph_safe import graph_safe_active
 from attention.masking import key_bias, pad_to_multiple
 from attention.padding import Padding
+from attention.spec import Grid, Knob, Range, Spec, cap
 
 FEATURE_MAPS = ("relu", "elu", "softmax")
 ROUTERS = ("learned", "random")
@@ -156,6 +157,27 @@ class Permute(torch.autograd.Function):
 
 
 class AdaMRAAttention(Mixer):
+    spec = Spec(
+        grid=Grid({"rates": ((0.5, 0.125, 0.03125), (1.0,), (0.6, 0.35), (0.25, 1.0, 0.5), (0.1,)),
+                   "feature_map": ("relu", "elu", "softmax"), "router": ("learned", "random"),
+                   "head_proj": (True, False), "eps": (1e-6, 0.5)},
+                  size="rates", unit=lambda r: cap(max(max(1, round(1 / c)) for c in r["rates"]), most=8),
+                  extra={"path": ("mixer", "shell")}),       # forward on q, k, v or the fused shell path
+        ranges={"rates": Range("rates", 0.0, 1.0, low_open=True, draw=(0.02, 1.0), rejects=([0.0], [1.5], [])),
+                "eps": Range("float", 0.0, low_open=True, draw=(1e-9, 1.0))},
+        # the budget: every head's compression rate c_h times the factor (capped at 1 = full resolution)
+        knobs=(Knob("rates x", (0.25, 0.5, 1.0, 2.0, 4.0), default=1.0,
+                    to_overrides=lambda f, cfg: {"rates": [min(1.0, float(r) * f) for r in cfg["rates"]]}),),
+        draws=lambda s: s["router"] == "random", small={}, representative="adamra_random_router",
+        precision={"flips": 0.03},   # argmax router: flipped rows measured 0.9% (adamra), 0.5% (elu, softmax)
+        configs={"adamra_random_router": {"precision": {"tol": (3e-2, 0.1)}},   # segment means + ReLU: grad of k 6.9e-2
+                 "adamra_t2a": {"precision": {}}, "adamra_t2b": {"precision": {}}},
+        documented=lambda m, o, heads, max_len: [
+            ("rates", m.rates, [float(r) for r in o["rates"]]),
+            ("segment_sizes", m.segment_sizes, [max(1, round(1 / r)) for r in o["rates"]]),
+            *((k, getattr(m, k), o[k]) for k in ("feature_map", "router", "eps")),
+            ("learned router", m.route is not None, o["router"] == "learned"),
+            ("head_proj", m.head_weight is not None, o["head_proj"])])
     fuses_projections = True  # see forward_input
 
     def __init__(

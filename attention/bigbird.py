@@ -55,6 +55,7 @@ from attention.blocks import block_sparse_attention, dense_rows, from_blocks, ma
 from attention.graph_safe import graph_safe_active
 from attention.masking import zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Knob, Range, Spec, cap, int_range
 
 
 def plan_lengths(mask: Tensor, bs: int) -> tuple[Tensor, list[int]]:
@@ -67,6 +68,17 @@ def plan_lengths(mask: Tensor, bs: int) -> tuple[Tensor, list[int]]:
 
 
 class BigBirdAttention(Mixer):
+    spec = Spec(
+        grid=Grid({"block_size": (64, 1, 2, 3, 5), "num_random_blocks": (3, 0, 1, 2, 5), "window_blocks": (3, 1, 5)},
+                  # 7 blocks: the middle blocks have random candidates beyond their window
+                  size="block_size", unit=lambda r: cap(r["block_size"], most=8), spans=(7, 6)),
+        ranges={"block_size": int_range(1, 6), "num_random_blocks": int_range(0, 5),
+                "window_blocks": Range("odd", 1, draw=(1, 7))},
+        knobs=(Knob("window_blocks", (1, 3, 5, 9)),), draws=False, small={"block_size": 4},
+        precision={"small": {"block_size": 1}},   # 37 blocks of one token: a changed random plan shows
+        documented=lambda m, o, heads, max_len: [
+            *((k, getattr(m, k), o[k]) for k in ("block_size", "num_random_blocks", "window_blocks")),
+            ("plan", tuple(m.rand_priority.shape), (heads, *2 * (-(-max_len // o["block_size"]),)))])
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, block_size: int = 64,
                  num_random_blocks: int = 3, window_blocks: int = 3) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)

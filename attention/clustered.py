@@ -81,6 +81,7 @@ from attention.base import Mixer, autocast_as, autocast_state, require_non_negat
 from attention.graph_safe import host_reads_free
 from attention.masking import key_bias
 from attention.padding import Padding
+from attention.spec import FT, Grid, Knob, Peer, Spec, cap, int_range
 
 
 def hash_queries(q: Tensor, planes: Tensor) -> Tensor:
@@ -367,6 +368,22 @@ class _ClusteredBelowTopK(torch.autograd.Function):
 
 class ClusteredAttention(Mixer):
     """Clustered attention; ``improved=True`` gives improved clustered attention (i_clustered)."""
+    spec = Spec(
+        grid=Grid({"clusters": (100, 1, 3, 5), "bits": (63, 1, 4), "iterations": (10, 0, 1, 4),
+                   "improved": (False, True), "topk": (32, 1, 3)},
+                  size="clusters", unit=lambda r: cap(r["clusters"], most=8), spans=(6, 5)),   # queries per cluster
+        ranges={"clusters": int_range(1, 8), "bits": int_range(1, 16), "iterations": int_range(0, 6),
+                "topk": int_range(1, 8)},
+        knobs=(Knob("clusters", (25, 50, 100, 200, 400)),), draws=True, small={"clusters": 6, "topk": 8},
+        # a query near a hash hyperplane changes bits, then its cluster of 6: 10-21% of rows flip
+        precision={"flips": 0.3},
+        documented=("clusters", "bits", "iterations", "improved", "topk"), representative="i_clustered",
+        peers=(Peer("clustered", "fast-transformers ClusteredAttention", *FT, "clusters=100 iterations=10 bits=63",
+                    "peer_clustered", why_not="hash planes drawn inside the peer's forward"),
+               Peer("i_clustered", "fast-transformers ImprovedClusteredAttention", *FT,
+                    "clusters=100 iterations=10 bits=63 topk=32", "peer_clustered",
+                    why_not="hash planes drawn inside the peer's forward")),
+        configs={"clustered": {"small": {"clusters": 6}}})
 
     def __init__(
         self,

@@ -38,6 +38,7 @@ from torch import Tensor
 from attention.base import Mixer, autocast_as, autocast_state, require_positive
 from attention.graph_safe import fused_unless_graph_safe
 from attention.padding import Padding
+from attention.spec import FT, Grid, Peer, Range, Spec
 
 
 def elu_feature_map(x: Tensor, keep: Tensor | None = None, out: Tensor | None = None) -> Tensor:
@@ -116,6 +117,12 @@ NORMALISERS = ("row", "sqrt_len")
 
 
 class LinearAttention(Mixer):
+    spec = Spec(grid=Grid({"eps": (1e-6, 1e-2, 1.0)}),
+                ranges={"eps": Range("float", 0.0, low_open=True, draw=(1e-9, 1.0))},
+                knobs=(),  # no budget: elu+1 features of the head dimension (eq. 7)
+                draws=False, small={}, documented=("eps",),
+                peers=(Peer("linear", "fast-transformers LinearAttention", *FT, "elu+1, eps=1e-6", "peer_linear_ft",
+                            "align_ft"),))
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, eps: float = 1e-6,
                  normaliser: str = "row") -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)

@@ -36,9 +36,17 @@ from torch import Tensor, nn
 from attention.base import Mixer, require_positive
 from attention.masking import zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Knob, Peer, Spec, cap, int_range
 
 
 class LinformerAttention(Mixer):
+    spec = Spec(grid=Grid({"k": (256, 1, 3, 8), "share_kv": (False, True)}, size="k", unit=lambda r: cap(r["k"])),
+                ranges={"k": int_range(1, 20)}, knobs=(Knob("k", (32, 64, 128, 256, 512)),), draws=False,
+                small={"k": 16},
+                documented=lambda m, o, heads, max_len: [("k", m.k, min(o["k"], max_len)),
+                                                         ("share_kv", m.proj_v is None, o["share_kv"])],
+                peers=(Peer("linformer", "linformer LinformerSelfAttention", "linformer", "linformer", "k=256",
+                            "peer_linformer", "align_linformer", biases=(False, True)),))
     def __init__(
         self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, k: int = 256, share_kv: bool = False,
     ) -> None:

@@ -31,9 +31,17 @@ from attention.blocks import mask_blocks
 from attention.masking import neg_fill, zero_padded
 from attention.padding import Padding
 from attention.windows import WindowAttention, block_buffer
+from attention.spec import Grid, Knob, Peer, Spec, cap, int_range
 
 
 class LocalAttention(Mixer):
+    spec = Spec(grid=Grid({"block_size": (64, 1, 3, 5), "window": (1, 0, 2, 5)}, size="block_size",
+                          unit=lambda r: cap(r["block_size"])),
+                ranges={"block_size": int_range(1, 8), "window": int_range(0, 4)},
+                knobs=(Knob("window", (0, 1, 2, 4)),), draws=False, small={"block_size": 8},
+                documented=("block_size", "window"),
+                peers=(Peer("local", "local-attention LocalAttention", "local-attention", "local_attention",
+                            "window 64, look_backward=1, look_forward=1", "peer_local", "align_projected"),))
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0,
                  block_size: int = 64, window: int = 1) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)

@@ -94,6 +94,7 @@ from torch import Tensor, nn
 from attention.base import Mixer, require_positive
 from attention.masking import key_bias, pad_to_multiple, zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Spec, cap, int_range
 
 MEMORY_MODES = ("unified", "per_layer")
 
@@ -171,6 +172,14 @@ class UnifiedMemory(nn.Module):
 class MemformerAttention(Mixer):
     """Segment-local self-attention; in ``per_layer`` mode also this layer's memory read and write.
     ``mrbp`` and the unified memory are read by :class:`models.memory_encoder.MemformerEncoder`."""
+    spec = Spec(
+        grid=Grid({"memory_slots": (32, 1, 3), "segment_len": (32, 1, 4, 5), "memory": ("unified", "per_layer"),
+                   "mrbp": (False, True)}, size="segment_len", unit=lambda r: cap(r["segment_len"], most=6),
+                  extra={"layers": (1, 2, 3), "pool": ("mean", "cls")}, shape=("heads", "n", "rows", "mode")),
+        ranges={"memory_slots": int_range(1, 4), "segment_len": int_range(1, 6)},
+        knobs=(), excluded="no token mixer on (q, k, v): a segment-recurrent memory carried across the whole encoder",
+        draws=False, small={"segment_len": 8, "memory_slots": 8},
+        documented=("memory_slots", "segment_len", "memory", "mrbp"))
 
     segment_recurrent = True   # the network runs the segment loop (models.memory_encoder)
 

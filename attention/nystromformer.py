@@ -43,6 +43,7 @@ from attention.base import Mixer, require_positive
 from attention.graph_safe import fused_unless_graph_safe
 from attention.masking import neg_fill, zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Knob, Peer, Range, Spec, cap, int_range
 
 
 def iterative_pinv(a: Tensor, iterations: int = 6) -> Tensor:
@@ -188,6 +189,27 @@ def banded_depthwise_conv(v: Tensor, keep: Tensor, weight: Tensor) -> Tensor:
 
 
 class NystromAttention(Mixer):
+    spec = Spec(
+        grid=Grid({"num_landmarks": (32, 64, 1, 3, 8), "pinv_iterations": (6, 1, 2),
+                   "conv_kernel": (33, None, 1, 3, 35, 65)},
+                  size="num_landmarks", unit=lambda r: cap(r["num_landmarks"]),
+                  # a kernel wider than the banded conv's 16-position block needs a sequence longer than 16
+                  allowed=lambda r: (r.get("conv_kernel") or 0) <= 33 or (
+                      r.get("n", "multiple") in ("multiple", "ragged") and r.get("num_landmarks", 8) >= 8)),
+        ranges={"num_landmarks": int_range(1, 12), "pinv_iterations": int_range(1, 8),
+                "conv_kernel": Range("odd", 1, nullable=True, draw=(1, 41), rejects=(2, -1))},
+        knobs=(Knob("num_landmarks", (8, 16, 32, 64, 128)),),
+        fixed={"conv_kernel": None},   # the conv skip on V is a learned residual, not the approximation
+        precision={"tol": (3e-2, 0.12)},   # the 6-step iterative pinv amplifies rounding: grads 5e-2 measured
+        draws=False, small={"num_landmarks": 8},
+        documented=lambda m, o, heads, max_len: [
+            ("num_landmarks", m.num_landmarks, min(o["num_landmarks"], max_len)),
+            ("pinv_iterations", m.pinv_iterations, o["pinv_iterations"]),
+            ("conv", None if m.conv_weight is None else tuple(m.conv_weight.shape),
+             (heads, o["conv_kernel"]) if o["conv_kernel"] else None)],
+        peers=(Peer("nystromformer", "nystrom-attention NystromAttention", "nystrom-attention", "nystrom_attention",
+                    "landmarks=32 pinv_iterations=6 conv kernel 33", "peer_nystrom", "align_nystrom",
+                    agree_tol=1e-5, biases=(False, True)),))  # pinv started from a max over batch and heads: ~3e-7
     def __init__(
         self,
         n_heads: int,

@@ -70,6 +70,7 @@ from attention.base import Mixer, require_non_negative, require_positive
 from attention.graph_safe import graph_safe_active
 from attention.masking import zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Knob, Peer, Range, Spec, int_range
 
 KERNELS = ("softmax", "relu")
 SCALINGS = ("once", "twice")
@@ -93,6 +94,21 @@ def orthogonal_gaussian(m: int, d: int, randn: Callable[[tuple[int, ...], torch.
 
 
 class PerformerAttention(Mixer):
+    spec = Spec(
+        grid=Grid({"nb_features": (256, 32, 1, 3, 4, 5, 9), "kernel": ("softmax", "relu"),
+                   "redraw_interval": (1000, 0, 1, 3), "orthogonal": (True, False), "eps": (None, 0.0, 1e-3)},
+                  extra={"calls": (1, 2, 4)}),                                  # training calls before the compared one
+        ranges={"nb_features": int_range(1, 12), "redraw_interval": int_range(0, 4),
+                "eps": Range("float", 0.0, nullable=True, draw=(0.0, 1e-2))},
+        knobs=(Knob("nb_features", (16, 32, 64, 128, 256, 512)),), draws=True, small={"nb_features": 16},
+        documented=lambda m, o, heads, max_len: [
+            *((k, getattr(m, k), o[k]) for k in ("nb_features", "kernel", "redraw_interval", "orthogonal")),
+            ("eps", m.eps, o["eps"] if o["eps"] is not None else (1e-6 if o["kernel"] == "softmax" else 1e-3)),
+            ("features", tuple(m.features.shape), (o["nb_features"], m.head_dim))],
+        peers=(Peer("performer", "performer-pytorch SelfAttention", "performer-pytorch", "performer_pytorch",
+                    "nb_features=256 softmax kernel", "peer_performer", "align_performer",
+                    agree_overrides={"eps": 1e-4}),),
+        configs={"performer_32": {"knobs": (Knob("nb_features", (16, 32, 64, 128, 256)),), "small": {}}})
     def __init__(
         self,
         n_heads: int,

@@ -45,6 +45,7 @@ from attention.base import Mixer
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 from attention.padding import Padding
 from attention.windows import WindowAttention
+from attention.spec import FT, Grid, Knob, Peer, Spec, cap, int_range
 
 
 def _look_back(t: Tensor, fill: float | bool | int) -> Tensor:
@@ -57,6 +58,22 @@ def _look_back(t: Tensor, fill: float | bool | int) -> Tensor:
 
 
 class ReformerAttention(Mixer):
+    spec = Spec(
+        grid=Grid({"n_hashes": (2, 1, 3), "bucket_size": (32, 2, 5, 8, 64), "chunk_size": (64, 1, 3, 7),
+                   "self_penalty": (1e5, 1.0)}, size="chunk_size", unit=lambda r: cap(r["chunk_size"])),
+        ranges={"n_hashes": int_range(1, 4), "bucket_size": int_range(1, 16), "chunk_size": int_range(1, 12)},
+        knobs=(Knob("n_hashes", (1, 2, 4, 8)), Knob("bucket_size", (8, 16, 32, 64))), draws=True,
+        small={"bucket_size": 8, "chunk_size": 16},
+        precision={"flips": 0.15},   # angular LSH argmax over 6 buckets of 8 tokens (9% of rows flip when cast)
+        documented=lambda m, o, heads, max_len: [
+            *((k, getattr(m, k), o[k]) for k in ("n_hashes", "bucket_size", "chunk_size", "self_penalty")),
+            ("n_buckets", m.n_buckets, (lambda nb: 1 if nb <= 1 else nb + nb % 2)(-(-max_len // o["bucket_size"])))],
+        peers=(Peer("reformer", "fast-transformers ReformerAttention", *FT,
+                    "rounds=2 chunk_size=64 bits=N/64", "peer_reformer_ft",
+                    why_not="LSH planes drawn inside the peer's forward"),
+               Peer("reformer", "reformer-pytorch LSHSelfAttention", "reformer-pytorch", "reformer_pytorch",
+                    "n_hashes=2 bucket_size=64, own bucket only, duplicates discounted", "peer_reformer_lucid",
+                    why_not="random rotations drawn inside the peer's forward", biases=(False, True))))
     shared_qk = True
 
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, n_hashes: int = 2,

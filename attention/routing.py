@@ -79,6 +79,7 @@ from attention.base import Mixer, require_positive
 from attention.graph_safe import host_reads_free
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Knob, Peer, Range, Spec, cap, int_range
 
 
 def block_local_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window: int) -> Tensor:
@@ -141,6 +142,31 @@ def _take(t: Tensor, idx: Tensor) -> Tensor:
 
 
 class RoutingAttention(Mixer):
+    spec = Spec(
+        grid=Grid({"n_clusters": (None, 1, 3, 7, 16), "local_heads": (None, 0, 1, 2), "window": (256, 1, 3, 8),
+                   "decay": (0.999, 0.0, 0.3, 1.0), "commitment": (1e-4, 0.0, 0.3)},
+                  size="window", unit=lambda r: cap(r["window"], most=8),
+                  # no more local heads than heads; decay and commitment act in training only
+                  allowed=lambda r: not (r.get("local_heads") is not None and "heads" in r
+                                         and r["local_heads"] > r["heads"])
+                  and (r.get("mode") != "eval" or (r.get("decay", 0.999) == 0.999
+                                                   and r.get("commitment", 1e-4) == 1e-4))),
+        ranges={"n_clusters": int_range(1, 8, nullable=True), "local_heads": int_range(0, 4, nullable=True),
+                "window": int_range(1, 8), "decay": Range("float", 0.0, 1.0, draw=(0.0, 1.0)),
+                "commitment": Range("float", 0.0, draw=(0.0, 1.0))},
+        knobs=(Knob("n_clusters", (4, 8, 16, 32, 64)),), draws=False, small={"window": 8},
+        # top-w cluster membership flips: 0.9% of outputs, 3.2% of key gradients (a whole cluster's keys move)
+        precision={"flips": 0.06},
+        documented=lambda m, o, heads, max_len: [
+            ("local_heads", m.local_heads, heads // 2 if o["local_heads"] is None else o["local_heads"]),
+            ("n_clusters", m.n_clusters, max(1, round(max_len ** 0.5)) if o["n_clusters"] is None else o["n_clusters"]),
+            ("centroids", tuple(m.centroids.shape),
+             (heads - (heads // 2 if o["local_heads"] is None else o["local_heads"]),
+              max(1, round(max_len ** 0.5)) if o["n_clusters"] is None else o["n_clusters"], m.head_dim)),
+            *((k, getattr(m, k), o[k]) for k in ("window", "decay", "commitment"))],
+        peers=(Peer("routing", "routing-transformer SelfAttention", "routing-transformer", "routing_transformer",
+                    "h/2 local heads (window 256, own block), k=round(sqrt(N)) clusters of N/k", "peer_routing",
+                    why_not="k-means centroids and memory keys initialised by the peer", biases=(True, False)),))
     def __init__(
         self,
         n_heads: int,

@@ -48,6 +48,7 @@ from attention.base import Mixer, require_positive
 from attention.graph_safe import fused_unless_graph_safe
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Knob, Peer, Range, Spec, cap, int_range
 
 
 def sinkhorn(log_alpha: Tensor, iterations: int) -> Tensor:
@@ -187,6 +188,24 @@ _sorted_block_attention = fused_unless_graph_safe(_SortedBlockAttention.apply, s
 
 
 class SinkhornAttention(Mixer):
+    spec = Spec(
+        grid=Grid({"block_size": (32, 1, 3, 4), "sinkhorn_iterations": (7, 1, 3), "temperature": (0.75, 0.3, 2.0),
+                   "gumbel_noise": (True, False)}, size="block_size", unit=lambda r: cap(r["block_size"], most=8)),
+        ranges={"block_size": int_range(1, 8), "sinkhorn_iterations": int_range(1, 8),
+                "temperature": Range("float", 0.0, low_open=True, draw=(0.05, 3.0))},
+        knobs=(Knob("block_size", (8, 16, 32, 64, 128)),), draws=lambda s: s["gumbel_noise"], small={"block_size": 8},
+        # the Gumbel noise over block pairs is drawn at the padded shape: another sample at another padded length
+        train_noise_off={"gumbel_noise": False},
+        # the column normalisation removes a per-column shift of the sorting logits: the last layer's bias
+        precision={"cancelled": ("sort_net.2.bias",)},
+        documented=lambda m, o, heads, max_len: [
+            ("block_size", m.block_size, min(o["block_size"], max_len)),
+            ("max_blocks", m.max_blocks, -(-max_len // min(o["block_size"], max_len))),
+            *((k, getattr(m, k), o[k]) for k in ("sinkhorn_iterations", "temperature", "gumbel_noise"))],
+        peers=(Peer("sinkhorn", "sinkhorn-transformer SinkhornSelfAttention", "sinkhorn-transformer",
+                    "sinkhorn_transformer", "bucket 32, 7 iterations, temperature 0.75, Gumbel-Sinkhorn", "peer_sinkhorn",
+                    why_not="Gumbel noise, and a different sorting network (ours: MLP on block means)",
+                    biases=(False, True)),))
     def __init__(
         self,
         n_heads: int,

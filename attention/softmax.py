@@ -15,9 +15,15 @@ from torch import Tensor
 from attention.base import Mixer
 from attention.masking import key_bias, neg_fill, zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Peer, Range, Spec, no
 
 
 class SoftmaxAttention(Mixer):
+    spec = Spec(grid=Grid({"dropout": (0.0, 0.1)}, allowed=no(dropout=0.1, mode="train")),  # dropout draws: eval
+                ranges={"dropout": Range("float", 0.0, 1.0, high_open=True, draw=(0.0, 0.5))},
+                knobs=(), excluded="the reference itself", draws=False, small={}, documented=("dropout",),
+                peers=(Peer("softmax", "torch scaled_dot_product_attention", "torch", "torch",
+                            "same four projections, no mask", "peer_softmax", "align_projected"),))
     supports_causal = True  # self-pretraining's next-token objective (models/pretraining.py)
 
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, dropout: float = 0.0) -> None:

@@ -48,6 +48,7 @@ from attention.blocks import (from_blocks, gather_blocks, gather_key_mask, joint
                               to_blocks, window_table)
 from attention.masking import zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Knob, Spec, cap, int_range
 
 PATTERNS = ("fixed", "strided")
 
@@ -58,6 +59,16 @@ def default_stride(max_len: int) -> int:
 
 
 class SparseTransformerAttention(Mixer):
+    spec = Spec(
+        grid=Grid({"pattern": ("fixed", "strided"), "stride": (None, 1, 2, 5), "summary": (8, 1, 2)},
+                  size="stride", unit=lambda r: cap(r["stride"])),
+        ranges={"stride": int_range(1, 8, nullable=True), "summary": int_range(1, 8)},
+        knobs=(Knob("stride", (8, 16, 32, 64)),), draws=False, small={"stride": 8, "summary": 2},
+        documented=lambda m, o, heads, max_len: [
+            ("pattern", m.pattern_name, o["pattern"]),
+            ("stride", m.stride, max(1, round(max_len ** 0.5)) if o["stride"] is None else o["stride"]),
+            ("summary", m.summary, min(o.get("summary", 8), m.stride))],
+        representative="sparse_strided")
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, pattern: str = "fixed",
                  stride: int | None = None, summary: int = 8) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)

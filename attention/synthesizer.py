@@ -55,6 +55,7 @@ from torch import Tensor, nn
 from attention.base import Mixer, require_positive
 from attention.masking import key_bias, zero_padded
 from attention.padding import Padding
+from attention.spec import Grid, Knob, Spec, int_range
 
 
 ACTIVATION_COPIES = 3              # [B, H, N, N] alive at once in backward: softmax output, its grad, the logits' grad
@@ -156,6 +157,9 @@ class _Quadratic(Mixer):
 
 
 class DenseSynthesizer(_Quadratic):
+    spec = Spec(grid=Grid({"hidden": (None, 1, 3, 9)}), ranges={"hidden": int_range(1, 10, nullable=True)},
+                knobs=(Knob("hidden", (8, 16, 32, 64)),), draws=False, small={}, family="synthesizer_dense",
+                documented=lambda m, o, heads, max_len: [("hidden", m.hidden, o["hidden"] or m.head_dim)])
     uses_qk = False
     variant = "synthesizer_dense"
     fix = "a smaller batch, or a variant that is not quadratic (e.g. sparse, linear, performer)"
@@ -186,6 +190,11 @@ class DenseSynthesizer(_Quadratic):
 
 
 class RandomSynthesizer(_Quadratic):
+    spec = Spec(grid=Grid({"trainable": (True, False), "rank": (None, 1, 3)}),
+                ranges={"rank": int_range(1, 6, nullable=True)}, knobs=(Knob("rank", (4, 16, 64, 256)),), draws=False,
+                small={}, family="synthesizer_random", representative="synthesizer_random",
+                documented=lambda m, o, heads, max_len: [("rank", m.rank, o["rank"]),
+                                                         ("trainable", any(True for _ in m.parameters()), o["trainable"])])
     uses_qk = False
     variant = "synthesizer_random"
     fix = ("attention.rank=r (R = R1 R2^T: O(max_len r) parameters; the N x N weights remain), a smaller batch, "

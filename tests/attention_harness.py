@@ -8,22 +8,31 @@ import os
 import torch
 from torch import Tensor
 
+from attention.spec import class_of, complete_configs, draws, spec_of
 from lra.checks.contract import B, DH, H, MAX_LEN, N, lengths_mask, make_mixer, qkvx  # noqa: F401 - the contract's sizes
 
 # LRA_TEST_DEVICE=cuda runs the reference and contract tests on a GPU (the first session lent one).
 DEVICE = torch.device(os.environ.get("LRA_TEST_DEVICE", "cpu"))
 
-# One config per attention module: the one that switches on the most of the module's code paths
-# (AdaMRA's random router, ABC's random slots, the random synthesizer); the configs of a module share
-# its code. Tests that cannot afford every config (Inductor's op coverage, resume of every run state)
-# start from these; tests/attention/test_graph_safe.py checks every module has one.
-ONE_PER_MODULE = ["abc_rd", "adamra_random_router", "bigbird", "i_clustered", "linear", "linformer", "local",
-                  "longformer", "memformer", "nystromformer", "performer", "reformer", "routing", "sinkhorn",
-                  "softmax", "sparse_strided", "synthesizer_random"]
-# Configs whose graph-safe forward draws (Mixer.rand / randn); each has a distribution test, and
-# tests/attention/test_graph_safe_distributions.py checks no other config draws.
-DRAWING = {"abc_rd", "adamra_random_router", "reformer", "clustered", "i_clustered", "performer",
-           "performer_32", "sinkhorn"}
+
+def _one_per_module() -> list[str]:
+    """One config per attention module: the one its classes' specs name ``representative`` (the one
+    that switches on the most of the module's code paths: AdaMRA's random router, ABC's random
+    slots, the random synthesizer), else the config named as the module, else its first; the configs of a module share its
+    code. Tests that cannot afford every config (Inductor's op coverage, resume of every run state)
+    start from these; tests/attention/test_graph_safe.py checks every module has one."""
+    by_module: dict[str, list[str]] = {}
+    for name in complete_configs():
+        by_module.setdefault(class_of(name).__module__, []).append(name)
+    named = {spec_of(n).representative for n in complete_configs()}
+    return sorted(next((n for n in names if n in named), next((n for n in names if n == module.rpartition(".")[2]),
+                                                             names[0])) for module, names in by_module.items())
+
+
+ONE_PER_MODULE = _one_per_module()
+# Configs whose forward draws (Mixer.rand / randn / randint): their specs' ``draws``; each has a
+# distribution test, and tests/attention/test_graph_safe_distributions.py checks no other config draws.
+DRAWING = {name for name in complete_configs() if draws(name)}
 
 
 def float64_inputs(lengths: list[int], n: int = N, seed: int = 1) -> tuple[dict[str, Tensor], Tensor]:

@@ -39,7 +39,7 @@ Choices, written down:
   compared to exact softmax on the same (q, q, v). Its own attention also normalises keys and
   penalises self-attention, so its error does not vanish at any budget.
 * Nystromformer's depthwise convolution skip on V (``conv_kernel``) is a learned residual, not part
-  of the Nystrom approximation: it is switched off here (``fixed`` in :data:`KNOBS`), in the time too.
+  of the Nystrom approximation: it is switched off here (its spec's ``fixed``), in the time too.
 * Synthesizers do not read q and k: their error measures an untrained mixing, not an approximation.
 * Memformer is no token mixer on (q, k, v) (a segment-recurrent memory run across the encoder): excluded.
 * Layering: the ListOps capture imports ``lra.data.listops`` (bench may import data: lra/README.md; its
@@ -62,7 +62,9 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from attention.spec import Knob, Spec, SpecError, spec_of
 from lra import CONF_DIR, ROOT
+from lra.badinput import ConfigError
 from lra.files import default_dir
 
 log = logging.getLogger(__name__)
@@ -73,52 +75,22 @@ MODE = "approximation"           # the record mode (the report admits it in lra.
 REFERENCE = "softmax"
 
 
-@dataclass(frozen=True)
-class Knob:
-    """One budget axis of a config: the config key, the values swept (the default is always added),
-    and how a value becomes config overrides (``None``: ``{key: value}``)."""
-    key: str
-    values: tuple
-    to_overrides: Callable[[Any, dict], dict] | None = None
-
-    def overrides(self, value: Any, default_cfg: dict) -> dict:
-        return self.to_overrides(value, default_cfg) if self.to_overrides else {self.key: value}
-
-
-def _scaled_rates(factor: float, cfg: dict) -> dict:
-    """AdaMRA's budget: every head's compression rate c_h times ``factor`` (capped at 1 = full resolution)."""
-    return {"rates": [min(1.0, float(r) * factor) for r in cfg["rates"]]}
+def spec(name: str) -> Spec:
+    """``name``'s spec (attention/spec.py: its knobs, ``fixed`` overrides and ``excluded`` reason);
+    a config without a complete spec, or no config at all, is a :class:`ConfigError` of one line."""
+    try:
+        return spec_of(name)
+    except SpecError as e:
+        raise ConfigError(str(e)) from None
+    except KeyError as e:
+        raise ConfigError(e.args[0]) from None
 
 
-_RATES = Knob("rates x", (0.25, 0.5, 1.0, 2.0, 4.0), _scaled_rates)
-# The knob table (issue 37): config -> its budget axes, and the overrides fixed at every point.
-KNOBS: dict[str, tuple[Knob, ...]] = {
-    "abc_mlp": (Knob("memory_size", (16, 32, 64, 128, 256)),),
-    "abc_rd": (Knob("memory_size", (16, 32, 64, 128, 256)),),
-    "adamra": (_RATES,), "adamra_elu": (_RATES,), "adamra_random_router": (_RATES,),
-    "adamra_softmax": (_RATES,), "adamra_t2a": (_RATES,), "adamra_t2b": (_RATES,),
-    "bigbird": (Knob("window_blocks", (1, 3, 5, 9)),),
-    "clustered": (Knob("clusters", (25, 50, 100, 200, 400)),),
-    "i_clustered": (Knob("clusters", (25, 50, 100, 200, 400)),),
-    "linear": (),                 # no budget: elu+1 features of the head dimension (Katharopoulos et al., eq. 7)
-    "linformer": (Knob("k", (32, 64, 128, 256, 512)),),
-    "local": (Knob("window", (0, 1, 2, 4)),),
-    "longformer": (Knob("window", (32, 64, 128, 256, 512)),),
-    "nystromformer": (Knob("num_landmarks", (8, 16, 32, 64, 128)),),
-    "nystromformer_64": (Knob("num_landmarks", (8, 16, 32, 64, 128)),),
-    "performer": (Knob("nb_features", (16, 32, 64, 128, 256, 512)),),
-    "performer_32": (Knob("nb_features", (16, 32, 64, 128, 256)),),
-    "reformer": (Knob("n_hashes", (1, 2, 4, 8)), Knob("bucket_size", (8, 16, 32, 64))),
-    "routing": (Knob("n_clusters", (4, 8, 16, 32, 64)),),
-    "sinkhorn": (Knob("block_size", (8, 16, 32, 64, 128)),),
-    "sparse": (Knob("stride", (8, 16, 32, 64)),),
-    "sparse_strided": (Knob("stride", (8, 16, 32, 64)),),
-    "synthesizer_dense": (Knob("hidden", (8, 16, 32, 64)),),
-    "synthesizer_random": (Knob("rank", (4, 16, 64, 256)),),
-}
-FIXED: dict[str, dict] = {"nystromformer": {"conv_kernel": None}, "nystromformer_64": {"conv_kernel": None}}
-EXCLUDED = {"softmax": "the reference itself",
-            "memformer": "no token mixer on (q, k, v): a segment-recurrent memory carried across the whole encoder"}
+def knobs_of(name: str) -> tuple[Knob, ...]:
+    """The budget axes of ``name`` (its spec's ``knobs``)."""
+    return tuple(spec(name).knobs)
+
+
 INPUTS = ("gauss-flat", "gauss-medium", "gauss-peaked", "local", "listops-L1", "listops-L2")
 TEMPERATURES = {"gauss-flat": 0.25, "gauss-medium": 1.0, "gauss-peaked": 4.0}
 
@@ -353,13 +325,13 @@ def budget_points(name: str) -> list[dict[str, Any]]:
     """The default point first, then every knob's sweep (other knobs at their default); each with
     its overrides (the fixed ones included), knob, value and whether it is the default."""
     cfg = default_config(name)
-    fixed = FIXED.get(name, {})
-    knobs = KNOBS[name]
+    fixed = dict(spec(name).fixed)
+    knobs = knobs_of(name)
     first = knobs[0] if knobs else None
-    default_value = (1.0 if first is _RATES else cfg.get(first.key)) if first else None
+    default_value = first.default_value(cfg) if first else None
     points = [{"knob": first.key if first else None, "value": default_value, "default": True, "overrides": dict(fixed)}]
     for knob in knobs:
-        default = 1.0 if knob is _RATES else cfg.get(knob.key)
+        default = knob.default_value(cfg)
         for value in knob.values:
             if value == default:
                 continue
@@ -540,15 +512,15 @@ def sweep(name: str, settings: Settings, capture: dict | None, refs: References 
                 if on_point:
                     on_point(point)
     return {"random": random_variant, "points": results, "inputs": inputs_meta,
-            "knobs": [{"key": k.key, "values": list(k.values)} for k in KNOBS[name]],
-            "fixed": FIXED.get(name, {}), "wall_s": time.perf_counter() - t_start,
+            "knobs": [{"key": k.key, "values": list(k.values)} for k in knobs_of(name)],
+            "fixed": dict(spec(name).fixed), "wall_s": time.perf_counter() - t_start,
             "cpu_s": time.process_time() - cpu_start}
 
 
 def approximate_configs() -> list[str]:
     from attention.registry import variant_names
 
-    return [v for v in variant_names() if v not in EXCLUDED]
+    return [v for v in variant_names() if spec(v).excluded is None]
 
 
 def settings_meta(settings: Settings) -> dict[str, Any]:
@@ -566,8 +538,10 @@ def run(names: list[str], settings: Settings, results_dir: str | Path | None, ca
 
     paths, refs = [], References()
     for name in names:
-        if name in EXCLUDED:
-            log.info("approximation: %s skipped (%s)", name, EXCLUDED[name])
+        spec(name)   # every name first: a config without a complete spec stops the map before any point
+    for name in names:
+        if spec(name).excluded:
+            log.info("approximation: %s skipped (%s)", name, spec(name).excluded)
             continue
         meta = settings_meta(settings) | {"listops": capture["meta"] if capture else None}
         record = None
@@ -617,10 +591,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
-    names = [v.strip() for v in args.variants.split(",")] if args.variants else approximate_configs()
-    unknown = [v for v in names if v not in KNOBS and v not in EXCLUDED]
-    if unknown:
-        p.error(f"--variants: {unknown[0]} has no entry in the knob table (lra/bench/approximation.py KNOBS)")
+    try:
+        names = [v.strip() for v in args.variants.split(",")] if args.variants else approximate_configs()
+        for name in names:
+            spec(name)
+    except ConfigError as e:
+        p.error(f"--variants: {e}")
     inputs = tuple(s.strip() for s in args.inputs.split(",") if s.strip())
     bad = [s for s in inputs if s not in INPUTS]
     if bad:
@@ -644,6 +620,8 @@ def run_from_config(cfg: Any) -> dict[str, Any]:
     torch.set_num_threads(int(cfg.bench.get("threads") or 1))
     name = str(cfg.attention_name)
     names = list(a.get("variants") or ([name] if name != REFERENCE else approximate_configs()))
+    for n in names:
+        spec(n)   # one line (ConfigError) for a config without a complete spec, before any work
     settings = Settings(tuple(int(n) for n in (cfg.bench.get("lengths") or LENGTHS)), tuple(a.get("inputs") or INPUTS),
                         int(a.get("draws") or 8), int(a.get("draws_long") or 2), int(a.get("tv_max_len") or 256),
                         int(a.get("tv_draws") if a.get("tv_draws") is not None else 2), bool(a.get("time", True)),

@@ -40,7 +40,8 @@ by side under one protocol, and their peak memory is measured, each in a fresh p
   initialisations drawn inside the peer), "n/a (random)" with the reason.
 * A peer that is not importable gives one clean "skipped" line naming the pip package.
 
-Peer mapping (our conf value -> the peer's argument; ``h`` heads, ``d`` d_model, ``N`` length):
+Peer mapping (our conf value -> the peer's argument; ``h`` heads, ``d`` d_model, ``N`` length); which
+peers a config races is its class's ``spec.peers`` (attention/spec.py), naming this module's adapters:
 
 =============  ==================================================  ================================================
 variant        peer (pip package: class)                           hyperparameters
@@ -109,6 +110,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.padding import Padding
+from attention.spec import complete_configs, spec_of
 from lra import CONF_DIR, ROOT
 
 RESULT_TAG = "LRA_PEERS_RESULT "
@@ -365,40 +367,23 @@ class Peer:
 
 
 FT = "pytorch-fast-transformers"
-FT_MODULE = "fast_transformers.attention"   # its __init__ loads every compiled extension
-PEERS: tuple[Peer, ...] = (
-    Peer("softmax", "torch scaled_dot_product_attention", "torch", "torch",
-         "same four projections, no mask", peer_softmax, align_projected),
-    Peer("clustered", "fast-transformers ClusteredAttention", FT, FT_MODULE,
-         "clusters=100 iterations=10 bits=63", peer_clustered,
-         why_not="hash planes drawn inside the peer's forward"),
-    Peer("i_clustered", "fast-transformers ImprovedClusteredAttention", FT, FT_MODULE,
-         "clusters=100 iterations=10 bits=63 topk=32", peer_clustered,
-         why_not="hash planes drawn inside the peer's forward"),
-    Peer("linear", "fast-transformers LinearAttention", FT, FT_MODULE,
-         "elu+1, eps=1e-6", peer_linear_ft, align_ft),
-    Peer("reformer", "fast-transformers ReformerAttention", FT, FT_MODULE,
-         "rounds=2 chunk_size=64 bits=N/64", peer_reformer_ft,
-         why_not="LSH planes drawn inside the peer's forward"),
-    Peer("reformer", "reformer-pytorch LSHSelfAttention", "reformer-pytorch", "reformer_pytorch",
-         "n_hashes=2 bucket_size=64, own bucket only, duplicates discounted", peer_reformer_lucid,
-         why_not="random rotations drawn inside the peer's forward", biases=(False, True)),
-    Peer("routing", "routing-transformer SelfAttention", "routing-transformer", "routing_transformer",
-         "h/2 local heads (window 256, own block), k=round(sqrt(N)) clusters of N/k", peer_routing,
-         why_not="k-means centroids and memory keys initialised by the peer", biases=(True, False)),
-    Peer("sinkhorn", "sinkhorn-transformer SinkhornSelfAttention", "sinkhorn-transformer", "sinkhorn_transformer",
-         "bucket 32, 7 iterations, temperature 0.75, Gumbel-Sinkhorn", peer_sinkhorn,
-         why_not="Gumbel noise, and a different sorting network (ours: MLP on block means)", biases=(False, True)),
-    Peer("nystromformer", "nystrom-attention NystromAttention", "nystrom-attention", "nystrom_attention",
-         "landmarks=32 pinv_iterations=6 conv kernel 33", peer_nystrom, align_nystrom,
-         agree_tol=1e-5, biases=(False, True)),  # pinv started from a max over batch and heads: ~3e-7 (1 head, batch 1: ~1e-15)
-    Peer("performer", "performer-pytorch SelfAttention", "performer-pytorch", "performer_pytorch",
-         "nb_features=256 softmax kernel", peer_performer, align_performer, agree_overrides={"eps": 1e-4}),
-    Peer("local", "local-attention LocalAttention", "local-attention", "local_attention",
-         "window 64, look_backward=1, look_forward=1", peer_local, align_projected),
-    Peer("linformer", "linformer LinformerSelfAttention", "linformer", "linformer",
-         "k=256", peer_linformer, align_linformer, biases=(False, True)),
-)
+
+
+def spec_peers() -> tuple[Peer, ...]:
+    """The table of peers: every config's ``spec.peers`` (attention/spec.py), in the order of the
+    configs, with the adapter functions of this module the spec names."""
+    out = []
+    for name in complete_configs():
+        for ref in spec_of(name).peers:
+            if ref.config != name:
+                continue
+            out.append(Peer(ref.config, ref.label, ref.package, ref.module, ref.mapping, globals()[ref.build],
+                            globals()[ref.align] if ref.align else None, ref.why_not, dict(ref.agree_overrides),
+                            AGREE_TOL if ref.agree_tol is None else ref.agree_tol, tuple(ref.biases)))
+    return tuple(out)
+
+
+PEERS: tuple[Peer, ...] = spec_peers()
 
 
 def find_peer(key: str, peers: tuple[Peer, ...] = PEERS) -> Peer:

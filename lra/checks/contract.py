@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer
+from attention.registry import variant_names
+from attention.spec import complete_configs, small, spec_of, spec_problem
 
 B, H, N, DH = 3, 2, 37, 8   # N deliberately divides no block/segment size
 MAX_LEN = 64
@@ -32,32 +34,40 @@ SEED = 123
 LENGTHS = [N, 23, 9]        # a full row and two padded ones
 ATOL, RTOL = 1e-5, 1e-4     # float32: a reordered sum differs by ~1e-6; a leak or a dropped mask by O(1)
 
+
+
+class PerConfig(Mapping):
+    """``config -> settings`` read from each config's spec (attention/spec.py), holding the configs
+    whose entry is not empty; written once, next to the class, never as a table here."""
+
+    def __init__(self, read: Callable[[str], dict]) -> None:
+        self._read = read
+
+    def _entries(self) -> dict[str, dict]:
+        return {name: entry for name in complete_configs() if (entry := self._read(name))}
+
+    def __getitem__(self, name: str) -> dict:
+        entry = self._read(name) if isinstance(name, str) and name in variant_names() and not spec_problem(name) else None
+        if not entry:
+            raise KeyError(name)
+        return entry
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries())
+
+    def __len__(self) -> int:
+        return len(self._entries())
+
+
 # Per-variant settings under which 37-74 tokens span several blocks, segments, clusters, landmarks
 # or buckets (at the defaults a short sequence takes the exact path, where a global block that
-# follows the padding, or a plan cut by the padded length, cannot show).
-SMALL_STRUCTURE: dict[str, dict] = {
-    "abc_mlp": {"memory_size": 8},
-    "abc_rd": {"memory_size": 8},
-    "bigbird": {"block_size": 4},
-    "clustered": {"clusters": 6},
-    "i_clustered": {"clusters": 6, "topk": 8},
-    "linformer": {"k": 16},
-    "local": {"block_size": 8},
-    "longformer": {"window": 8},
-    "memformer": {"segment_len": 8, "memory_slots": 8},
-    "nystromformer": {"num_landmarks": 8},
-    "nystromformer_64": {"num_landmarks": 8},
-    "performer": {"nb_features": 16},
-    "reformer": {"bucket_size": 8, "chunk_size": 16},
-    "routing": {"window": 8},
-    "sinkhorn": {"block_size": 8},
-    "sparse": {"stride": 8, "summary": 2},
-    "sparse_strided": {"stride": 8},
-}
+# follows the padding, or a plan cut by the padded length, cannot show): each spec's ``small``.
+SMALL_STRUCTURE: Mapping[str, dict] = PerConfig(small)
 # Training noise drawn with the shape of the padded input (Sinkhorn's Gumbel noise over block pairs)
 # is aligned differently at another padded length: another sample of the same distribution, by
-# design. Those variants are compared with that noise off; the rest of their training path is checked.
-TRAIN_NOISE_OFF: dict[str, dict] = {"sinkhorn": {"gumbel_noise": False}}
+# design. Those variants are compared with that noise off (each spec's ``train_noise_off``); the
+# rest of their training path is checked.
+TRAIN_NOISE_OFF: Mapping[str, dict] = PerConfig(lambda name: dict(spec_of(name).train_noise_off))
 
 # settings -> a partial mixer constructor (what Hydra builds from conf/attention/<name>.yaml)
 Factory = Callable[..., Callable[..., Mixer]]

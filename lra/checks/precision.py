@@ -13,9 +13,11 @@ normalisation cancels, is not judged relative to its own rounding noise):
   keys and a softmax normalisation compound that to about 1e-2 (measured: 4e-3 to 1e-2 for the exact
   and smooth variants). The default leaves a 3x margin; a dropped mask, a wrong scale or an
   unnormalised row is off by O(1). float16 keeps more bits than bfloat16: the same bounds hold.
-* ``LOOSE``: variants whose float32 computation itself amplifies rounding (measured errors in the
-  comments there).
-* ``FLIPS``: variants that take discrete decisions from rounded values (hash buckets, cluster and
+Each variant's allowances are its class's ``spec.precision`` (attention/spec.py; measured figures in
+the comments there):
+
+* ``tol``: variants whose float32 computation itself amplifies rounding.
+* ``flips``: variants that take discrete decisions from rounded values (hash buckets, cluster and
   route membership, argmax routers): a query whose two best choices are within a rounding error of
   each other may pick the other one, and its row then differs by O(1) -- that is the method, not a
   bug. For those, at most the stated fraction of rows (a row = one query position of one head, or
@@ -27,30 +29,21 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attention.registry import variant_names
+from attention.spec import spec_of, spec_problem
 from lra.checks.contract import N, SMALL_STRUCTURE, Factory, lengths_mask, make_mixer, qkvx, variant_key
 
 TOL_OUT, TOL_GRAD = 3e-2, 6e-2
-LOOSE: dict[str, tuple[float, float]] = {
-    "nystromformer": (3e-2, 0.12),       # 6-step iterative pinv amplifies rounding: grads 5e-2 measured
-    "nystromformer_64": (3e-2, 0.12),
-    "adamra_random_router": (3e-2, 0.1),  # segment-mean compression + ReLU features: grad of k 6.9e-2
-}
-FLIPS: dict[str, float] = {    # measured fraction of flipped rows in brackets
-    "adamra": 0.03,                # argmax router (0.9%)
-    "adamra_elu": 0.03,            # (0.5%)
-    "adamra_softmax": 0.03,        # (0.5%)
-    "routing": 0.06,               # top-w cluster membership (0.9% of outputs; 3.2% of key gradients:
-                                   # a flipped membership moves a whole cluster's keys)
-    "clustered": 0.3,              # sign-of-projection hashes + Hamming k-means with 6 clusters: a query
-    "i_clustered": 0.3,            # near a hyperplane changes bits, then its cluster (10-21%)
-    "reformer": 0.15,              # angular LSH argmax over 6 buckets of 8 tokens (9% when cast)
-}
-# Gradients that vanish in exact arithmetic, so only their rounding noise is left: checked finite only.
-# Sinkhorn's column normalisation removes a per-column shift of the sorting logits, i.e. the bias of
-# the sorting network's last layer (~0 up to the 7 iterations' residual).
-CANCELLED: dict[str, set[str]] = {"sinkhorn": {"sort_net.2.bias"}}
-# 37 blocks of one token: enough random-plan rows for a changed BigBird plan to show.
-SMALL_BLOCKS: dict[str, dict] = {**SMALL_STRUCTURE, "bigbird": {"block_size": 1}}
+
+
+def allowance(variant: str, field: str, default):
+    """``variant``'s precision allowance ``field`` (its spec's ``precision``: "tol", "flips",
+    "cancelled", "small"), else ``default`` (a factory, or a config without a complete spec)."""
+    if variant not in variant_names() or spec_problem(variant):
+        return default
+    return spec_of(variant).precision.get(field, default)
+
+
 LENGTHS = [N, 23, 9]
 HOW = {"fp32": "in float32", "autocast": "under {low} autocast (float32 q, k, v)",
        "autocast-shell": "under {low} autocast ({low} q, k, v as the shell's projections give them)",
@@ -68,8 +61,8 @@ def run(variant: str | Factory, how: str, mode: str, low: torch.dtype = torch.bf
     """Output and (name, gradient) of every input and parameter, in float32 (``how="fp32"``),
     under autocast to ``low`` (``"autocast"``: float32 q, k, v; ``"autocast-shell"``: q, k, v in
     ``low`` as the shell's projections give them under autocast, x in float32), or cast to ``low``.
-    A registered name is built at :data:`SMALL_BLOCKS`."""
-    small = SMALL_BLOCKS.get(variant, {}) if isinstance(variant, str) else {}
+    A registered name is built at its spec's ``small``, with the ``small`` of its ``precision`` over it."""
+    small = {**SMALL_STRUCTURE.get(variant, {}), **allowance(variant, "small", {})} if isinstance(variant, str) else {}
     mixer = make_mixer(variant, seed=5, **{**small, **settings}).to(device).train(mode == "train")
     dtype = low if how == "cast" else torch.float32
     if how == "cast":
@@ -111,8 +104,8 @@ def low_precision(variant: str | Factory, how: str, mode: str, low: torch.dtype 
     """``variant`` in ``mode`` under autocast to ``low`` (``how="autocast"`` / ``"autocast-shell"``)
     or cast to it, against float32, within the tolerances above; None when it holds."""
     key = variant_key(variant)
-    tol_out, tol_grad = LOOSE.get(key, (TOL_OUT, TOL_GRAD))
-    flips = FLIPS.get(key, 0.0)
+    tol_out, tol_grad = allowance(key, "tol", (TOL_OUT, TOL_GRAD))
+    flips = allowance(key, "flips", 0.0)
     setting = HOW[how].format(low=dtype_name(low)) + f" ({mode})"
     ref, ref_grads = run(variant, "fp32", mode, device=device, **settings)
     out, grads = run(variant, how, mode, low, device, **settings)
@@ -130,7 +123,7 @@ def low_precision(variant: str | Factory, how: str, mode: str, low: torch.dtype 
         scale = max(g_ref.abs().max().item(), floor)
         if gname in "qkvx":
             problem = close_problem(f"the gradient of {gname}", setting, g, g_ref, tol_grad, scale, flips)
-        elif flips or gname in CANCELLED.get(key, ()):
+        elif flips or gname in allowance(key, "cancelled", ()):
             problem = None if torch.isfinite(g).all() else \
                 f"the gradient of {gname} {setting} is not finite (held in {dtype_name(g.dtype)}); {CAUSES}"
         else:

@@ -7,7 +7,7 @@ its name, ``pass`` or ``FAIL``, and for a failure one sentence with the tensor, 
 usually causes it. Exit status 1 if any property fails (in a sweep, ``-m attention=a,b``, that job
 fails and the others go on).
 
-A registered variant runs at :data:`lra.checks.contract.SMALL_STRUCTURE` for every setting the
+A registered variant runs at its spec's ``small`` (:data:`lra.checks.contract.SMALL_STRUCTURE`) for every setting the
 command line leaves at its config's value, so that 37 tokens span several blocks, segments and
 clusters (at a block size of 64 they would take the exact path, where structural bugs cannot show);
 a new variant with blocks should be given small ones on the command line

@@ -7,11 +7,13 @@ pairwise (:func:`tests.attention.allpairs.all_pairs`), not as the full product.
 Tables hold values at, below and above the sizes they interact with (kernels wider than their
 block, one bucket, one cluster, clusters and windows larger than the sequence), the ends of the
 valid ranges (decay 0 and 1, iterations 0, no random blocks) and decays and temperatures away
-from symmetric values such as 0.5. A config that differs from its family's first config in some
-keys keeps those at its own values (they are what makes it that config) and varies the rest.
+from symmetric values such as 0.5. A table's first value is the default: a config whose value
+differs keeps its own (it is what makes it that config) and varies the rest. The tables, ``unit``
+and ``allowed`` are the class's ``spec.grid`` (attention/spec.py), written next to the class; a
+family is a class (its spec's ``family`` name, else its module's), with every config that targets it.
 
-``RANGES`` writes down the valid range of every numeric hyperparameter as the constructors (and, for
-``dropout``, lra/checks/config.py) check it; tests/attention/test_settings_fuzz.py tests that
+``RANGES`` (each spec's ``ranges``) writes down the valid range of every numeric hyperparameter as
+the constructors (and, for ``dropout``, lra/checks/config.py) check it; tests/attention/test_settings_fuzz.py tests that
 they accept the ends and refuse the values just outside, that every table value lies inside, and
 draws the hypothesis fuzz over configs from these ranges.
 """
@@ -22,15 +24,13 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Callable, Mapping
 
-from omegaconf import OmegaConf
-
-from attention.registry import CONF_DIR, variant_names
+from attention.registry import variant_names
+from attention.spec import Range, class_of, complete_configs, config_values, family_of, spec_of, where
 from tests.attention.allpairs import all_pairs
 
 HEAD_DIM = 4
 TIMES: dict[str, list[float]] = defaultdict(list)     # seconds per grid point run, by config
 HYDRA = {"_target_", "_partial_"}
-TIE = {"_target_": "attention.abc.ControlTie"}          # abc's W_phi tied across layers
 SHAPE = {
     "heads": (1, 2, 4),
     "n": ("below", "at", "multiple", "ragged"),       # N against the family's unit (block, chunk, ...)
@@ -40,200 +40,39 @@ SHAPE = {
 }
 
 
-def no(**bad: Any) -> Callable[[Mapping[str, Any]], bool]:
-    """A constraint: the row may not hold all of ``bad`` at once (partial rows pass)."""
-    return lambda row: not all(k in row and row[k] == v for k, v in bad.items())
-
-
 @dataclass(frozen=True)
 class Family:
-    """One attention module: its configs, value tables and where the sequence length sits.
-
-    ``size`` names the table whose values are crossed with the placements of N (one joint factor),
-    so every size meets every placement (below, at, a multiple of, past a multiple) and, pairwise,
-    every value of every other setting."""
+    """One attention class's grid (its spec's :class:`attention.spec.Grid`) and the configs that
+    target it. ``size`` names the table whose values are crossed with the placements of N (one joint
+    factor), so every size meets every placement (below, at, a multiple of, past a multiple) and,
+    pairwise, every value of every other setting."""
 
     configs: tuple[str, ...]
-    tables: dict[str, tuple]                         # config key -> interesting values
+    tables: Mapping[str, tuple]                      # config key -> interesting values (the default first)
     unit: Callable[[Mapping[str, Any]], int]         # the size N is placed below, at, around
-    size: str | None = None                          # the table crossed with "n"
-    extra: dict[str, tuple] = field(default_factory=dict)   # non-config settings (layers, calls, path)
-    spans: tuple[int, int] = (3, 2)                  # "multiple": spans[0] * unit, "ragged": spans[1] * unit + 1
-    allowed: Callable[[Mapping[str, Any]], bool] = lambda row: True
-    shape: tuple[str, ...] = tuple(SHAPE)            # which shape factors apply
+    size: str | None
+    extra: Mapping[str, tuple]                       # non-config settings (layers, calls, path)
+    spans: tuple[int, int]                           # "multiple": spans[0] * unit, "ragged": spans[1] * unit + 1
+    allowed: Callable[[Mapping[str, Any]], bool]
+    shape: tuple[str, ...]                           # which shape factors apply
+    owner: str                                       # "attention/x.py: Class" (what error lines name)
 
 
-def cap(size: int | None, default: int = 4, most: int = 16) -> int:
-    """A size as a placement unit for N: sizes above ``most`` act as 'larger than the sequence'."""
-    return min(size if size else default, most)
+def _families() -> dict[str, Family]:
+    """The families of every config whose spec is complete (tests/attention/test_specs.py fails the others)."""
+    members: dict[str, list[str]] = defaultdict(list)
+    for config in complete_configs():
+        members[family_of(config)].append(config)
+    out = {}
+    for family, configs in members.items():
+        g, cls = spec_of(configs[0]).grid, class_of(configs[0])
+        out[family] = Family(tuple(configs), g.tables, g.unit, g.size, g.extra, g.spans, g.allowed,
+                             g.shape or tuple(SHAPE), f"{where(cls)}: {cls.__name__}")
+    return out
 
 
-def _nystrom_allowed(row: Mapping[str, Any]) -> bool:
-    """A kernel wider than the banded conv's 16-position block needs a sequence longer than 16."""
-    if (row.get("conv_kernel") or 0) > 33:
-        return row.get("n", "multiple") in ("multiple", "ragged") and row.get("num_landmarks", 8) >= 8
-    return True
-
-
-def _routing_allowed(row: Mapping[str, Any]) -> bool:
-    """No more local heads than heads; decay and commitment act in training only (eval updates
-    nothing), so their other values are spent on training points."""
-    if row.get("local_heads") is not None and "heads" in row and row["local_heads"] > row["heads"]:
-        return False
-    return row.get("mode") != "eval" or (row.get("decay", 0.999) == 0.999 and row.get("commitment", 1e-4) == 1e-4)
-
-
-FAMILIES: dict[str, Family] = {
-    "softmax": Family(("softmax",), {"dropout": (0.0, 0.1)}, lambda r: 4,
-                      allowed=no(dropout=0.1, mode="train")),          # dropout draws: compared in eval
-    "linear": Family(("linear",), {"eps": (1e-6, 1e-2, 1.0)}, lambda r: 4),
-    "performer": Family(
-        ("performer", "performer_32"),
-        {"nb_features": (256, 32, 1, 3, 4, 5, 9), "kernel": ("softmax", "relu"), "redraw_interval": (1000, 0, 1, 3),
-         "orthogonal": (True, False), "eps": (None, 0.0, 1e-3)},
-        lambda r: 4, extra={"calls": (1, 2, 4)}),                      # training calls before the compared one
-    "linformer": Family(("linformer",), {"k": (256, 1, 3, 8), "share_kv": (False, True)},
-                        size="k", unit=lambda r: cap(r["k"])),
-    "nystromformer": Family(
-        ("nystromformer", "nystromformer_64"),
-        {"num_landmarks": (32, 64, 1, 3, 8), "pinv_iterations": (6, 1, 2), "conv_kernel": (33, None, 1, 3, 35, 65)},
-        size="num_landmarks", unit=lambda r: cap(r["num_landmarks"]), allowed=_nystrom_allowed),
-    "reformer": Family(
-        ("reformer",),
-        {"n_hashes": (2, 1, 3), "bucket_size": (32, 2, 5, 8, 64), "chunk_size": (64, 1, 3, 7),
-         "self_penalty": (1e5, 1.0)},
-        size="chunk_size", unit=lambda r: cap(r["chunk_size"])),
-    "bigbird": Family(
-        ("bigbird",),
-        {"block_size": (64, 1, 2, 3, 5), "num_random_blocks": (3, 0, 1, 2, 5), "window_blocks": (3, 1, 5)},
-        # 7 blocks: the middle blocks have random candidates beyond their window
-        size="block_size", unit=lambda r: cap(r["block_size"], most=8), spans=(7, 6)),
-    "local": Family(("local",), {"block_size": (64, 1, 3, 5), "window": (1, 0, 2, 5)},
-                    size="block_size", unit=lambda r: cap(r["block_size"])),
-    "longformer": Family(("longformer",), {"window": (128, 0, 1, 2, 5, 8)},
-                         size="window", unit=lambda r: cap(max(1, r["window"] // 2))),
-    "sparse": Family(
-        ("sparse", "sparse_strided"),
-        {"pattern": ("fixed", "strided"), "stride": (None, 1, 2, 5), "summary": (8, 1, 2)},
-        size="stride", unit=lambda r: cap(r["stride"])),
-    "sinkhorn": Family(
-        ("sinkhorn",),
-        {"block_size": (32, 1, 3, 4), "sinkhorn_iterations": (7, 1, 3), "temperature": (0.75, 0.3, 2.0),
-         "gumbel_noise": (True, False)},
-        size="block_size", unit=lambda r: cap(r["block_size"], most=8)),
-    "synthesizer_dense": Family(("synthesizer_dense",), {"hidden": (None, 1, 3, 9)}, lambda r: 4),
-    "synthesizer_random": Family(("synthesizer_random",), {"trainable": (True, False), "rank": (None, 1, 3)},
-                                 lambda r: 4),
-    "abc": Family(
-        ("abc_mlp", "abc_rd"),
-        {"memory_size": (64, 1, 3, 8), "control": ("mlp", "random", "linformer", "segment"),
-         "normalize": (True, False), "tie": (TIE, None)},
-        size="memory_size", unit=lambda r: cap(r["memory_size"]),
-        extra={"layers": (1, 2)}),                                     # tie: W_phi shared by the layers
-    "adamra": Family(
-        ("adamra", "adamra_elu", "adamra_random_router", "adamra_softmax", "adamra_t2a", "adamra_t2b"),
-        {"rates": ((0.5, 0.125, 0.03125), (1.0,), (0.6, 0.35), (0.25, 1.0, 0.5), (0.1,)),
-         "feature_map": ("relu", "elu", "softmax"), "router": ("learned", "random"), "head_proj": (True, False),
-         "eps": (1e-6, 0.5)},
-        size="rates", unit=lambda r: cap(max(max(1, round(1 / c)) for c in r["rates"]), most=8),
-        extra={"path": ("mixer", "shell")}),                           # forward on q, k, v or the fused shell path
-    "clustered": Family(
-        ("clustered", "i_clustered"),
-        {"clusters": (100, 1, 3, 5), "bits": (63, 1, 4), "iterations": (10, 0, 1, 4), "improved": (False, True),
-         "topk": (32, 1, 3)},
-        size="clusters", unit=lambda r: cap(r["clusters"], most=8), spans=(6, 5)),   # queries per cluster
-    "routing": Family(
-        ("routing",),
-        {"n_clusters": (None, 1, 3, 7, 16), "local_heads": (None, 0, 1, 2), "window": (256, 1, 3, 8),
-         "decay": (0.999, 0.0, 0.3, 1.0), "commitment": (1e-4, 0.0, 0.3)},
-        size="window", unit=lambda r: cap(r["window"], most=8), allowed=_routing_allowed),
-    "memformer": Family(
-        ("memformer",),
-        {"memory_slots": (32, 1, 3), "segment_len": (32, 1, 4, 5), "memory": ("unified", "per_layer"),
-         "mrbp": (False, True)},
-        size="segment_len", unit=lambda r: cap(r["segment_len"], most=6),
-        extra={"layers": (1, 2, 3), "pool": ("mean", "cls")},
-        shape=("heads", "n", "rows", "mode")),
-}
-
-
-@dataclass(frozen=True)
-class Range:
-    """A hyperparameter's valid range as the constructor (for ``dropout``: lra/checks/config.py)
-    checks it; ``draw`` is the part the config fuzz draws from (small, for time)."""
-
-    kind: str                                  # "int", "odd" (odd int), "float", "rates" (list of floats)
-    low: float
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    nullable: bool = False                     # null is valid (a documented default)
-    draw: tuple[float, float] = (0, 8)
-    rejects: tuple[Any, ...] | None = None     # values just outside (default: derived from the bounds)
-
-    def outside(self) -> tuple[Any, ...]:
-        if self.rejects is not None:
-            return self.rejects
-        step = 1 if self.kind in ("int", "odd") else 1e-3
-        out = [self.low if self.low_open else self.low - step]
-        if self.high is not None:
-            out.append(self.high if self.high_open else self.high + step)
-        if self.kind == "odd":
-            out.append(self.low + 1)
-        return tuple(out)
-
-    def inside(self) -> tuple[Any, ...]:
-        ends = [self.draw[0] if self.low_open else self.low]
-        if self.high is not None and not self.high_open:
-            ends.append(self.high)
-        return tuple(ends) + ((None,) if self.nullable else ())
-
-
-def _int(low: int, most: int, **kw: Any) -> Range:
-    return Range("int", low, draw=(low, most), **kw)
-
-
-RANGES: dict[str, dict[str, Range]] = {
-    "softmax": {"dropout": Range("float", 0.0, 1.0, high_open=True, draw=(0.0, 0.5))},
-    "linear": {"eps": Range("float", 0.0, low_open=True, draw=(1e-9, 1.0))},
-    "performer": {"nb_features": _int(1, 12), "redraw_interval": _int(0, 4),
-                  "eps": Range("float", 0.0, nullable=True, draw=(0.0, 1e-2))},
-    "linformer": {"k": _int(1, 20)},
-    "nystromformer": {"num_landmarks": _int(1, 12), "pinv_iterations": _int(1, 8),
-                      "conv_kernel": Range("odd", 1, nullable=True, draw=(1, 41), rejects=(2, -1))},
-    "reformer": {"n_hashes": _int(1, 4), "bucket_size": _int(1, 16), "chunk_size": _int(1, 12)},
-    "bigbird": {"block_size": _int(1, 6), "num_random_blocks": _int(0, 5),
-                "window_blocks": Range("odd", 1, draw=(1, 7))},
-    "local": {"block_size": _int(1, 8), "window": _int(0, 4)},
-    "longformer": {"window": _int(0, 16)},
-    "sparse": {"stride": _int(1, 8, nullable=True), "summary": _int(1, 8)},
-    "sinkhorn": {"block_size": _int(1, 8), "sinkhorn_iterations": _int(1, 8),
-                 "temperature": Range("float", 0.0, low_open=True, draw=(0.05, 3.0))},
-    "synthesizer_dense": {"hidden": _int(1, 10, nullable=True)},
-    "synthesizer_random": {"rank": _int(1, 6, nullable=True)},
-    "abc": {"memory_size": _int(1, 12)},
-    "adamra": {"rates": Range("rates", 0.0, 1.0, low_open=True, draw=(0.02, 1.0), rejects=([0.0], [1.5], [])),
-               "eps": Range("float", 0.0, low_open=True, draw=(1e-9, 1.0))},
-    "clustered": {"clusters": _int(1, 8), "bits": _int(1, 16), "iterations": _int(0, 6), "topk": _int(1, 8)},
-    "routing": {"n_clusters": _int(1, 8, nullable=True), "local_heads": _int(0, 4, nullable=True),
-                "window": _int(1, 8), "decay": Range("float", 0.0, 1.0, draw=(0.0, 1.0)),
-                "commitment": Range("float", 0.0, draw=(0.0, 1.0))},
-    "memformer": {"memory_slots": _int(1, 4), "segment_len": _int(1, 6)},
-}
-
-
-def family_of(config: str) -> str:
-    found = [f for f, fam in FAMILIES.items() if config in fam.configs]
-    if len(found) != 1:
-        raise KeyError(f"config {config!r} belongs to {len(found)} families of the settings grid")
-    return found[0]
-
-
-@cache
-def config_values(config: str) -> dict[str, Any]:
-    """The hyperparameters ``conf/attention/<config>.yaml`` exposes, with their values."""
-    raw = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "attention" / f"{config}.yaml"))
-    return {k: (tuple(v) if isinstance(v, list) else v) for k, v in raw.items() if k not in HYDRA}
+FAMILIES: dict[str, Family] = _families()
+RANGES: dict[str, Mapping[str, Range]] = {f: spec_of(fam.configs[0]).ranges for f, fam in FAMILIES.items()}
 
 
 @dataclass(frozen=True)
@@ -257,8 +96,8 @@ class Point:
 
 
 def _short(v: Any) -> str:
-    if v == TIE:
-        return "tie"
+    if isinstance(v, dict):                            # a nested _target_ (abc's W_phi tie)
+        return v.get("_target_", "").rpartition(".")[2] or str(v)
     if isinstance(v, tuple):
         return "/".join(f"{x:g}" for x in v)
     return str(v)
@@ -283,12 +122,11 @@ def factors(config: str) -> dict[str, tuple]:
     """The grid's factors for ``config``: its YAML keys (fixed where it differs from its family's
     first config), the family's extra settings and the shape settings."""
     fam = FAMILIES[family_of(config)]
-    own, base = config_values(config), config_values(fam.configs[0])
     out: dict[str, tuple] = {}
-    for key, value in own.items():
+    for key, value in config_values(config).items():
         if key not in fam.tables:
-            raise KeyError(f"{config}.yaml exposes {key!r}, which the settings grid has no table for")
-        out[key] = fam.tables[key] if key in base and base[key] == value else (value,)
+            raise KeyError(f"conf/attention/{config}.yaml exposes {key!r}, which {fam.owner}.spec.grid has no table for")
+        out[key] = fam.tables[key] if fam.tables[key][0] == value else (value,)
     out.update(fam.extra)
     out.update({k: SHAPE[k] for k in fam.shape})
     return out

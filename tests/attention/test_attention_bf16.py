@@ -4,11 +4,11 @@ parameters, as ``trainer.precision=bf16-mixed`` runs) and with the mixer and its
 a cast mixer returns bfloat16 (a float32 result would double the activation memory downstream and
 fail the bf16 output projection). And ``trainer.precision=bf16-mixed`` trains through run.py.
 
-The tolerances (``TOL_OUT``, ``LOOSE``, ``FLIPS``, ``CANCELLED``) and the comparison are
+The tolerances (``TOL_OUT``, ``TOL_GRAD``, and each spec's ``precision`` allowances) and the comparison are
 :mod:`lra.checks.precision`'s, which ``python run.py mode=check`` runs on one variant; its module
 docstring says where each bound comes from.
 
-Variants run at small structure sizes (``SMALL_BLOCKS``: lra/checks/precision.py) so that 37 tokens
+Variants run at small structure sizes (each spec's ``small``, and ``precision["small"]``) so that 37 tokens
 span several blocks, clusters and segments, and the plans (random blocks, sorting, windows, segments,
 k-means) are exercised in bfloat16.
 """

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from attention import counter_random
+from attention.spec import family_of
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx, softmax_reference
 from tests.reference import baselines as ref
 
@@ -26,20 +27,21 @@ def reference(name: str, mixer, q, k, v, mask, x, draws: dict, kw: dict | None =
     """The paper reference of ``name`` with the module's parameters and this call's draws; ``kw``,
     the case's settings, picks a model the settings switch (never the module's own attribute)."""
     n, dev, kw = q.shape[2], q.device, kw or {}
+    name = family_of(name)   # a config's family: every config of a class meets its class's reference
     if name == "softmax":
         return ref.pattern_attention(q, k, v, mask)
     if name == "linear" and kw.get("normaliser") == "sqrt_len":
         return ref.sqrt_len_linear_attention(q, k, v, mask, mixer.max_len)
     if name == "linear":
         return ref.linear_attention(q, k, v, mask, mixer.eps)
-    if name.startswith("performer"):
+    if name == "performer":
         port_width = 2 ** math.ceil(math.log2(mixer.max_len)) if kw.get("padded_keys") == "zero_keys" else None
         return ref.performer_attention(q, k, v, mask, mixer.features, mixer.kernel, mixer.eps,
                                        twice=kw.get("scaling") == "twice", port_width=port_width)
     if name == "linformer":
         f = mixer.proj_k if mixer.proj_v is None else mixer.proj_v
         return ref.linformer_attention(q, k, v, mask, mixer.proj_k, f)
-    if name.startswith("nystromformer"):
+    if name == "nystromformer":
         return ref.nystrom_attention(q, k, v, mask, mixer.num_landmarks, mixer.pinv_iterations, mixer.conv_weight)
     if name == "reformer":
         nb = ref_n_buckets(mixer)
@@ -49,7 +51,7 @@ def reference(name: str, mixer, q, k, v, mask, x, draws: dict, kw: dict | None =
         return ref.pattern_attention(q, k, v, mask, ref.local_allowed(n, mixer.block_size, mixer.window, dev))
     if name == "longformer":
         return ref.pattern_attention(q, k, v, mask, ref.longformer_allowed(n, mixer.window, dev))
-    if name.startswith("sparse"):
+    if name == "sparse":
         allowed = ref.sparse_allowed(n, mixer.pattern_name, mixer.stride, mixer.summary, dev)
         return ref.pattern_attention(q, k, v, mask, allowed)
     if name == "bigbird":
@@ -65,7 +67,8 @@ def reference(name: str, mixer, q, k, v, mask, x, draws: dict, kw: dict | None =
     if name == "synthesizer_random":
         r = mixer.r if mixer.rank is None else mixer.r1 @ mixer.r2.transpose(-1, -2)
         return ref.random_synthesizer(v, mask, r)
-    raise KeyError(name)
+    raise KeyError(f"family {name!r} has no float64 reference: add one to reference() in "
+                   f"tests/attention/test_reference_baselines.py (or a check to CHECKS of test_reference_grid.py)")
 
 
 def ref_n_buckets(mixer) -> int:
@@ -77,6 +80,7 @@ def ref_n_buckets(mixer) -> int:
 def forward_with_draws(name: str, mixer, q, k, v, mask, x) -> tuple[torch.Tensor, dict]:
     """Run the module and capture the random draws of this very call."""
     draws: dict = {}
+    name = family_of(name)
     if name == "reformer":
         draw = mixer.rotations
 
@@ -103,7 +107,7 @@ def forward_with_draws(name: str, mixer, q, k, v, mask, x) -> tuple[torch.Tensor
 
 def inputs(name: str, b: int, n: int, seed: int = 1):
     q, k, v, x = (t.to(DEVICE, F64).requires_grad_(True) for t in qkvx(b=b, n=n, seed=seed))
-    return (q, q, v, x) if name == "reformer" else (q, k, v, x)
+    return (q, q, v, x) if family_of(name) == "reformer" else (q, k, v, x)
 
 
 # (config, overrides, n, max_len, padded lengths): n divides no block/bucket/chunk size.

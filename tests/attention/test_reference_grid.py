@@ -7,7 +7,6 @@ random draws, never its forward code. One test function per family, so a mutant'
 family only; the grid's size and time are printed at the end of the run."""
 from __future__ import annotations
 
-import math
 import time
 
 import pytest
@@ -17,11 +16,12 @@ from attention.graph_safe import graph_safe_active
 from attention.padding import Padding
 from attention.performer import orthogonal_gaussian
 from attention.registry import build_mixer
+from attention.spec import spec_of
 from attention.shell import MultiHeadAttention
 from models.encoder import Encoder
 from models.memory_encoder import MemformerEncoder
 from tests.attention.settings_grid import FAMILIES, HEAD_DIM, TIMES, Point, family_of, grid
-from tests.attention.test_reference_baselines import assert_close, forward_with_draws, ref_n_buckets, reference
+from tests.attention.test_reference_baselines import assert_close, forward_with_draws, reference
 from tests.attention_harness import DEVICE, lengths_mask, make_mixer, qkvx
 from tests.reference import memformer as ref_memformer
 from tests.reference.abc import abc_reference
@@ -47,63 +47,14 @@ def mixer_of(p: Point, layer_idx: int = 0):
 
 
 # ----------------------------------------------------------------------------- settings as documented
-def _routing(m, o, p):
-    local = p.heads // 2 if o["local_heads"] is None else o["local_heads"]
-    clusters = max(1, round(math.sqrt(p.max_len))) if o["n_clusters"] is None else o["n_clusters"]
-    return [("local_heads", m.local_heads, local), ("n_clusters", m.n_clusters, clusters),
-            ("centroids", tuple(m.centroids.shape), (p.heads - local, clusters, HEAD_DIM)),
-            *((k, getattr(m, k), o[k]) for k in ("window", "decay", "commitment"))]
-
-
-def _same(*keys: str):
-    return lambda m, o, p: [(k, getattr(m, k), o[k]) for k in keys]
-
-
-DOCUMENTED = {
-    "softmax": _same("dropout"),
-    "linear": _same("eps"),
-    "performer": lambda m, o, p: [*_same("nb_features", "kernel", "redraw_interval", "orthogonal")(m, o, p),
-                                  ("eps", m.eps, o["eps"] if o["eps"] is not None else
-                                   (1e-6 if o["kernel"] == "softmax" else 1e-3)),
-                                  ("features", tuple(m.features.shape), (o["nb_features"], HEAD_DIM))],
-    "linformer": lambda m, o, p: [("k", m.k, min(o["k"], p.max_len)), ("share_kv", m.proj_v is None, o["share_kv"])],
-    "nystromformer": lambda m, o, p: [("num_landmarks", m.num_landmarks, min(o["num_landmarks"], p.max_len)),
-                                      ("pinv_iterations", m.pinv_iterations, o["pinv_iterations"]),
-                                      ("conv", None if m.conv_weight is None else tuple(m.conv_weight.shape),
-                                       (p.heads, o["conv_kernel"]) if o["conv_kernel"] else None)],
-    "reformer": lambda m, o, p: [*_same("n_hashes", "bucket_size", "chunk_size", "self_penalty")(m, o, p),
-                                 ("n_buckets", m.n_buckets, ref_n_buckets(m))],
-    "bigbird": lambda m, o, p: [*_same("block_size", "num_random_blocks", "window_blocks")(m, o, p),
-                                ("plan", tuple(m.rand_priority.shape),
-                                 (p.heads, *2 * (math.ceil(p.max_len / o["block_size"]),)))],
-    "local": _same("block_size", "window"),
-    "longformer": _same("window"),
-    "sparse": lambda m, o, p: [
-        ("pattern", m.pattern_name, o["pattern"]),
-        ("stride", m.stride, max(1, round(math.sqrt(p.max_len))) if o["stride"] is None else o["stride"]),
-        ("summary", m.summary, min(o.get("summary", 8), m.stride))],
-    "sinkhorn": lambda m, o, p: [("block_size", m.block_size, min(o["block_size"], p.max_len)),
-                                 ("max_blocks", m.max_blocks, math.ceil(p.max_len / min(o["block_size"], p.max_len))),
-                                 *_same("sinkhorn_iterations", "temperature", "gumbel_noise")(m, o, p)],
-    "synthesizer_dense": lambda m, o, p: [("hidden", m.hidden, o["hidden"] or HEAD_DIM)],
-    "synthesizer_random": lambda m, o, p: [("rank", m.rank, o["rank"]), ("trainable", any(
-        True for _ in m.parameters()), o["trainable"])],
-    "abc": _same("memory_size", "control", "normalize"),
-    "adamra": lambda m, o, p: [("rates", m.rates, [float(r) for r in o["rates"]]),
-                               ("segment_sizes", m.segment_sizes, [max(1, round(1 / r)) for r in o["rates"]]),
-                               *_same("feature_map", "router", "eps")(m, o, p),
-                               ("learned router", m.route is not None, o["router"] == "learned"),
-                               ("head_proj", m.head_weight is not None, o["head_proj"])],
-    "clustered": _same("clusters", "bits", "iterations", "improved", "topk"),
-    "routing": _routing,
-    "memformer": _same("memory_slots", "segment_len", "memory", "mrbp"),
-}
-
-
 def check_documented(mixer, p: Point) -> None:
     """The settings a module derives from its config (clamps, null defaults), as its docstring
-    writes them: the references read these attributes, so a wrong derivation would agree with them."""
-    for label, actual, expected in DOCUMENTED[family_of(p.config)](mixer, p.overrides, p):
+    writes them: the references read these attributes, so a wrong derivation would agree with them.
+    The derivations are the class's ``spec.documented`` (keys: the attribute equals the setting)."""
+    doc = spec_of(p.config).documented
+    rows = doc(mixer, p.overrides, p.heads, p.max_len) if callable(doc) else \
+        [(key, getattr(mixer, key), p.overrides[key]) for key in doc]
+    for label, actual, expected in rows:
         assert actual == expected, f"{label}: {actual!r}, documented {expected!r}"
 
 
@@ -138,7 +89,8 @@ def check_baseline(p: Point) -> None:
     q, k, v, x = t["q"], (t["q"] if mixer.shared_qk else t["k"]), t["v"], t["x"]
     calls = p.extra.get("calls", 1) if p.train else 1
     made = {}   # Performer: training calls before a draw -> the draw (graph-safe mode draws every call)
-    if name.startswith("performer"):
+    performer = family_of(name) == "performer"
+    if performer:
         draw = mixer._draw
         mixer._draw = lambda device: made.setdefault(int(mixer.calls), draw(device))
     with torch.no_grad():
@@ -154,7 +106,7 @@ def check_baseline(p: Point) -> None:
     got, want = (grads((y * g).sum(), list(named.values())) for y in (out, expected))
     for label, a, b, w in zip(named, got, want, named.values()):
         assert_close(torch.zeros_like(w) if a is None else a, torch.zeros_like(w) if b is None else b, f"grad {label}")
-    if name.startswith("performer"):
+    if performer:
         expected_calls = calls if p.train else 0
         assert mixer.get_extra_state()["training_calls"] == expected_calls
         if p.train:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from attention.registry import variant_names
 from lra.bench import approximation as ap
 
 N = 64
@@ -169,15 +170,16 @@ def test_mixing_matrix_refuses_value_dependent_output(inp):
     assert a is None and "not A V" in how
 
 
-def test_knob_table_covers_every_config():
-    from attention.registry import variant_names
-
-    assert set(variant_names()) == set(ap.KNOBS) | set(ap.EXCLUDED)
-    for name in ap.KNOBS:
-        points = ap.budget_points(name)
-        assert points[0]["default"] and sum(p["default"] for p in points) == 1
-        if ap.KNOBS[name]:
-            assert len(points) >= 4, name
+@pytest.mark.parametrize("name", variant_names())
+def test_every_config_has_knobs_or_is_excluded(name):
+    """Each config's spec gives the map its budget axes (or why it is excluded); the default point
+    comes first, once, and a config with a knob sweeps at least 4 budgets."""
+    if ap.spec(name).excluded:
+        return
+    points = ap.budget_points(name)
+    assert points[0]["default"] and sum(p["default"] for p in points) == 1
+    if ap.knobs_of(name):
+        assert len(points) >= 4, name
 
 
 def test_inputs_temperatures_order_entropy(refs):
@@ -196,7 +198,7 @@ def test_protocol_writes_admitted_record(tmp_path, monkeypatch):
     the table and both plots from it. (Two budget points keep it fast.)"""
     from lra.report.approximation import approximation_section, screen_records
 
-    monkeypatch.setitem(ap.KNOBS, "performer_32", (ap.Knob("nb_features", (16,)),))
+    monkeypatch.setattr(ap, "knobs_of", lambda name: (ap.Knob("nb_features", (16,)),))
     settings = ap.Settings(lengths=(64, 128), inputs=("gauss-medium",), draws=2, draws_long=2, tv_max_len=64,
                            tv_draws=1, time_steps=True)
     paths = ap.run(["performer_32"], settings, tmp_path, None)
@@ -215,3 +217,23 @@ def test_protocol_writes_admitted_record(tmp_path, monkeypatch):
     assert "tables/approximation_sweep.csv" in files
     assert tables and set(plots) >= {"plots/approximation_error_vs_n_gauss-medium.png",
                                      "plots/approximation_pareto_gauss-medium_n128.png"}
+
+
+def test_a_config_without_a_complete_spec_stops_the_map_with_one_line(monkeypatch, capsys):
+    """No raw KeyError: the map (and run.py mode=bench, through ConfigError) says which field of which
+    file is missing, before any point runs."""
+    from attention.spec import SpecError
+    from lra.badinput import ConfigError
+
+    line = "attention/cosine.py: CosineAttention.spec lacks 'knobs' (the approximation map's budget axes; () for none)"
+
+    def incomplete(name):
+        raise SpecError(line)
+
+    monkeypatch.setattr(ap, "spec_of", incomplete)
+    with pytest.raises(ConfigError) as e:
+        ap.run(["linear"], ap.Settings(lengths=(64,), inputs=("gauss-medium",)), None, None)
+    assert str(e.value) == line
+    with pytest.raises(SystemExit):
+        ap.main(["--variants", "linear", "--no-time", "--inputs", "gauss-medium"])
+    assert line in capsys.readouterr().err
