@@ -40,11 +40,9 @@ Choices the paper leaves open, written down:
   same partial never shares weights with the first, and nothing lives at module level.
   ``tie: null`` gives every layer its own ``W_phi``.
 * **Linformer init**: Xavier normal on ``[n, max_len]`` (Linformer's projection initialisation).
-* **Graph-safe slot draws** (:mod:`attention.graph_safe`): ``random`` draws its slots with
-  :meth:`Mixer.randint`, which graph-safe takes as ``floor(n u_t)`` of counter-based uniforms: the
-  same distribution, other values, the same table shape and position-major order (so eval is
-  batch- and padding-independent as well). Every other step has static shapes and reads nothing on
-  the host in either mode.
+* **Slot draws**: ``random`` draws its slots with :meth:`Mixer.randint`, ``floor(n u_t)`` of
+  counter-based uniforms, in a position-major table (so eval is batch- and padding-independent as
+  well). Every step has static shapes and reads nothing on the host.
 """
 from __future__ import annotations
 

@@ -1,16 +1,17 @@
 """Counter-based random numbers: draws that are a pure function of (key, counter, position).
 
 Why: a ``torch.Generator`` is an opaque object to ``torch.compile`` (a graph break at every draw
-that names one) and a stateful one at that. Graph-safe mode (:mod:`attention.graph_safe`) draws
-instead from an integer hash of the mixer's key, a step counter kept in a device buffer and each
+that names one) and a stateful one at that. Every variant (:meth:`attention.base.Mixer.rand`)
+draws instead from an integer hash of the mixer's key, a step counter kept in a device buffer and each
 element's position: a few integer tensor ops that compile into the graph, give the same values in
 eager and compiled code, on every device, and resume exactly from the counter.
 
 The hash is Wellons' ``lowbias32`` construction (xorshift-multiply rounds) applied twice, computed
 in int64 with multipliers below 2**31 so no product overflows; 23 bits of it make a float32
 uniform in (0, 1) (never 0 or 1: ``log`` of it is finite). Normals use Box-Muller on two
-uniforms. These are not cryptographic and not the generator's streams: a run in graph-safe mode
-draws different (equally distributed) values than the same run in eager mode.
+uniforms. These are not cryptographic and not a ``torch.Generator``'s streams: runs recorded
+before issue 62 drew random variants from generator streams eagerly, so a new run of one draws
+different (equally distributed) values.
 """
 from __future__ import annotations
 

@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--task", default=None, help="task whose shapes table2/smat use (default: text)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per measurement (default 1: honest per-core timings; 0: torch's default)")
     p.add_argument("--no-isolate", action="store_true", help="measure in this process (faster, less honest memory)")
-    p.add_argument("--compile", action="store_true", help="torch.compile each step's model (fullgraph, graph-safe)")
+    p.add_argument("--compile", action="store_true", help="torch.compile each step's model (fullgraph, static shapes)")
     p.add_argument("--against-eager", action="store_true", help="the same as --modes eager,default")
     p.add_argument("--modes", default=None,
                    help="comma-separated: eager and torch.compile modes (default, reduce-overhead = CUDA graphs), "

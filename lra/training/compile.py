@@ -1,7 +1,7 @@
 """``trainer.compile=true``: the network through ``torch.compile``, its recompiles counted and named.
 
-Compiled code is graph-safe by itself (:func:`attention.graph_safe.graph_safe_active` is True while
-Dynamo traces): no host read, counter-based random draws. The network is compiled in place
+Every variant has one path, with static shapes, no host read and counter-based random draws
+(docs/compiled.md), so the compiled network computes what the eager one does. The network is compiled in place
 (``nn.Module.compile``: checkpoints keep their keys, so a compiled run resumes an eager one and
 back) with ``fullgraph=True`` (a graph break is an error naming its line, not a silent fallback) and
 ``dynamic=False``: every batch shape gets its own static graph. Training batches have one shape;
