@@ -136,15 +136,20 @@ class RoutingAttention(Mixer):
         if nl == h:
             return zero_padded(block_local_attention(q, k, v, mask, window), pad)
         # Routing heads: layer-normed q and k, stacked so that every step below runs once for both.
-        local_qk, route_qk = torch.stack([q, k]).split([nl, h - nl], dim=2)   # [2,B,H*,N,D]
-        qkn = F.layer_norm(route_qk, (d,))
-        # The local heads (raw q, k) and the routing heads' fallback (layer-normed) in one block attention
-        block_q, block_k = torch.cat([local_qk, qkn], 2).unbind() if nl else qkn.unbind()
-        local = block_local_attention(block_q, block_k, v, mask, window)
-        local_l, local_r = local.split([nl, h - nl], dim=1)
-        routed, taken = self._route(qkn, v.split([nl, h - nl], dim=1)[1], pad)
-        out = torch.where(taken, routed, local_r)                           # untaken queries: the fallback
-        return zero_padded(torch.cat([local_l, out], 1) if nl else out, pad)
+        (ql, qr), (kl, kr), (vl, vr) = (t.split([nl, h - nl], dim=1) for t in (q, k, v))
+        qkn = F.layer_norm(torch.stack([qr, kr]), (d,))                     # [2,B,Hr,N,D]
+        routed, taken = self._route(qkn, vr, pad)
+        qn, kn = qkn.unbind()
+        if not nl:
+            out = torch.where(taken, routed, block_local_attention(qn, kn, vr, mask, window))
+        elif self.on_cpu:  # two block attentions on the shell's views: no copy of q and k (1.14x faster on CPU)
+            out = torch.cat([block_local_attention(ql, kl, vl, mask, window),
+                             torch.where(taken, routed, block_local_attention(qn, kn, vr, mask, window))], 1)
+        else:              # the local heads (raw q, k) and the fallback (layer-normed) in one launch
+            local = block_local_attention(torch.cat([ql, qn], 1), torch.cat([kl, kn], 1), v, mask, window)
+            local_l, local_r = local.split([nl, h - nl], dim=1)
+            out = torch.cat([local_l, torch.where(taken, routed, local_r)], 1)
+        return zero_padded(out, pad)                                        # untaken queries: the fallback
 
     def _route(self, qkn: Tensor, v: Tensor, pad: Padding) -> tuple[Tensor, Tensor]:
         """Eq. 8 over each cluster's top-w queries and keys, combined over the clusters that took a
@@ -153,10 +158,10 @@ class RoutingAttention(Mixer):
         c = self.n_clusters
         qku = F.normalize(qkn, dim=-1)                                      # unit q^, k^
         mu = self.centroids.to(qkn.dtype, copy=True)   # the EMA update below writes the buffer in place
-        sim = torch.matmul(mu, qku.mT)                                      # cosines [2,B,Hr,C,N]
         # Cluster size from max_len, not the batch's padded length: padding must not change membership.
         w = min(n, -(-self.max_len // c))
         with torch.no_grad():  # membership is discrete; padded tokens rank last
+            sim = torch.matmul(mu, qku.mT)                                  # cosines [2,B,Hr,C,N]
             ranked = sim.masked_fill(~pad.mask[:, None, None, :], -math.inf) if pad.any else sim
             idx = ranked.topk(w, dim=-1).indices                            # [2,B,Hr,C,w]: queries, keys
             rows = (idx + torch.arange(0, 2 * b * h * n, n, device=idx.device).view(2, b, h, 1, 1)).view(2, -1)
@@ -176,36 +181,37 @@ class RoutingAttention(Mixer):
         num = v1.new_zeros(b * h * n, d + 1, dtype=ct).index_add_(0, rows[0], (weights @ vg).view(-1, d + 1))
         num, den = num.view(b, h, n, d + 1).split([d, 1], dim=-1)           # den 0: no cluster took the query
         if self.training:
-            self._train_step(qku, sim, pad)
+            self._train_step(qku, sim, mu, pad)
         return _as(num / den.clamp(min=torch.finfo(ct).tiny), qkn.dtype), den > 0
 
-    def _train_step(self, qku: Tensor, sim: Tensor, pad: Padding) -> None:
+    def _train_step(self, qku: Tensor, sim: Tensor, mu: Tensor, pad: Padding) -> None:
         """Commitment loss (with gradient to q and k) and the EMA centroid update (no gradient)."""
         _, b, h, n, d = qku.shape
         c = self.n_clusters
-        # ||u - mu(u)||^2 = 2 - 2 max_c u.mu_c for unit vectors; mu is a buffer (stop-gradient).
-        best, nearest = sim.max(dim=-2)                                     # [2,B,Hr,N]
-        gap = 1 - best
+        with torch.no_grad():  # the nearest centroid of every q^ and k^, as a row of mu [Hr C, D]
+            rows = (sim.max(dim=-2).indices + torch.arange(0, h * c, c, device=qku.device).view(h, 1)).view(-1)
+        # ||u - mu(u)||^2 = 2 - 2 u.mu(u) for unit vectors; mu is a buffer (stop-gradient).
+        gap = 1 - (qku * mu.view(h * c, d).index_select(0, rows).view(qku.shape)).sum(-1)   # [2,B,Hr,N]
         real = pad.mask[:, None, :, None].to(qku.dtype) if pad.any else None
         if pad.any:
             gap = gap * real[..., 0]                                        # padded tokens: no loss
         with torch.no_grad():  # per-centroid sums and counts of the real tokens, by index
-            rows = (nearest + torch.arange(0, h * c, c, device=qku.device).view(h, 1)).view(-1)
-            stats = torch.cat([qku.detach(), qku.new_ones(qku.shape[:-1] + (1,))], -1)   # [u, 1]
+            stats = torch.cat([qku, qku.new_ones(qku.shape[:-1] + (1,))], -1)   # [u, 1]
             if pad.any:
                 stats = stats * real                                        # padded tokens: no vote
             stats = qku.new_zeros(h * c, d + 1).index_add_(0, rows, stats.view(-1, d + 1)).view(h, c, d + 1)
-        world = 1
-        with torch.no_grad():
+            world = 1
             if dist.is_available() and dist.is_initialized():  # every rank: the global batch's statistics
                 dist.all_reduce(stats)
                 world = dist.get_world_size()               # DDP averages the ranks' gradients
         sums, counts = stats.split([d, 1], dim=-1)
-        # A mean over the real tokens of the global batch: the counts hold each q^ and k^ once.
-        self.aux_loss = self.commitment * 2 * gap.sum() * world / (counts.sum() / 2).clamp(min=1.0)
+        # A mean over the real tokens of the global batch (the counts hold each q^ and k^ once):
+        # beta (mean ||q^ - mu||^2 + mean ||k^ - mu||^2).
+        self.aux_loss = gap.sum() * (4 * self.commitment * world) / counts.sum().clamp(min=2.0)
         with torch.no_grad():
             mu = self.centroids
-            moved = F.normalize(torch.lerp(_as(sums / counts.clamp(min=1.0), mu.dtype), mu, self.decay), dim=-1)
+            moved = torch.lerp(_as(sums / counts.clamp(min=1.0), mu.dtype), mu, self.decay)
+            moved = moved / torch.linalg.vector_norm(moved, dim=-1, keepdim=True).clamp_min(1e-12)   # to the sphere
             mu.copy_(torch.where(counts > 0, moved, mu))
 
 
