@@ -330,6 +330,8 @@ class _ClusteredBelowTopK(torch.autograd.Function):
 class ClusteredAttention(Mixer):
     """Clustered attention; ``improved=True`` gives improved clustered attention (i_clustered)."""
 
+    cpu_slice_bytes = 2 ** 21   # on CPU, i_clustered's exact part runs in slices whose keys fit this
+
     def __init__(
         self,
         n_heads: int,
@@ -385,5 +387,5 @@ class ClusteredAttention(Mixer):
         k, v = k.contiguous(), v.contiguous()                               # one copy for every flattening below
         rest, mass, top_idx = _ClusteredBelowTopK.apply(centroids, k, v, bias, min(self.topk, n), scale)
         # On CPU the exact part runs in slices whose gathered keys fit a 2 MiB cache (one pass on a GPU)
-        split = max(1, 2 ** 21 // (top_idx.shape[-1] * d * q.element_size())) if self.on_cpu else None
+        split = max(1, self.cpu_slice_bytes // (top_idx.shape[-1] * d * q.element_size())) if self.on_cpu else None
         return improved_output(q, k, v, mask, labels, top_idx, rest, mass, scale, split)   # eqs. 10-11

@@ -160,8 +160,8 @@ class RoutingAttention(Mixer):
         mu = self.centroids.to(qkn.dtype, copy=True)   # the EMA update below writes the buffer in place
         # Cluster size from max_len, not the batch's padded length: padding must not change membership.
         w = min(n, -(-self.max_len // c))
+        sim = torch.matmul(mu, qku.mT)                                      # cosines [2,B,Hr,C,N]
         with torch.no_grad():  # membership is discrete; padded tokens rank last
-            sim = torch.matmul(mu, qku.mT)                                  # cosines [2,B,Hr,C,N]
             ranked = sim.masked_fill(~pad.mask[:, None, None, :], -math.inf) if pad.any else sim
             idx = ranked.topk(w, dim=-1).indices                            # [2,B,Hr,C,w]: queries, keys
             rows = (idx + torch.arange(0, 2 * b * h * n, n, device=idx.device).view(2, b, h, 1, 1)).view(2, -1)
@@ -181,17 +181,18 @@ class RoutingAttention(Mixer):
         num = v1.new_zeros(b * h * n, d + 1, dtype=ct).index_add_(0, rows[0], (weights @ vg).view(-1, d + 1))
         num, den = num.view(b, h, n, d + 1).split([d, 1], dim=-1)           # den 0: no cluster took the query
         if self.training:
-            self._train_step(qku, sim, mu, pad)
+            self._train_step(qku, sim, pad)
         return _as(num / den.clamp(min=torch.finfo(ct).tiny), qkn.dtype), den > 0
 
-    def _train_step(self, qku: Tensor, sim: Tensor, mu: Tensor, pad: Padding) -> None:
+    def _train_step(self, qku: Tensor, sim: Tensor, pad: Padding) -> None:
         """Commitment loss (with gradient to q and k) and the EMA centroid update (no gradient)."""
         _, b, h, n, d = qku.shape
         c = self.n_clusters
+        # ||u - mu(u)||^2 = 2 - 2 max_c u.mu_c for unit vectors; mu is a buffer (stop-gradient).
+        best, nearest = sim.max(dim=-2)                                     # [2,B,Hr,N]
+        gap = 1 - best
         with torch.no_grad():  # the nearest centroid of every q^ and k^, as a row of mu [Hr C, D]
-            rows = (sim.max(dim=-2).indices + torch.arange(0, h * c, c, device=qku.device).view(h, 1)).view(-1)
-        # ||u - mu(u)||^2 = 2 - 2 u.mu(u) for unit vectors; mu is a buffer (stop-gradient).
-        gap = 1 - (qku * mu.view(h * c, d).index_select(0, rows).view(qku.shape)).sum(-1)   # [2,B,Hr,N]
+            rows = (nearest + torch.arange(0, h * c, c, device=qku.device).view(h, 1)).view(-1)
         real = pad.mask[:, None, :, None].to(qku.dtype) if pad.any else None
         if pad.any:
             gap = gap * real[..., 0]                                        # padded tokens: no loss
