@@ -11,63 +11,76 @@ is redistributed by the exact softmax over those k keys, the other keys keep ``A
 and ``V_i = A^t_i V`` (eq. 11). Computed as ``(A^c_j with top-k columns zeroed) V + m_j softmax(q_i
 K_top^T) V_top``: no N x N matrix, no cancellation between the clustered and exact parts. The
 exact part lays queries out cluster by cluster in chunks that share one key set, so it is a batched
-matmul against O(N k D / chunk) gathered keys. Cost O(N C D + N k D).
+matmul against the chunks' gathered keys. Cost O(N C D + N k D).
 
 Grouping (section 3.2.2): queries are hashed with the sign of B random projections (Charikar's
 SimHash, ref. [25]) and clustered by K-means in Hamming space for L Lloyd iterations.
 
+What each step computes, and what a GPU launches (one path, static shapes, no host read; every
+head and row batched, no Python loop over them):
+
+1. Hash: one matmul ``q @ planes`` and a sign, ``[B,H,N,B_bits]`` of +-1.
+2. K-means, L iterations, each 5 kernels: one ``baddbmm`` gives, for every (row, cluster, query),
+   ``key = -M (code . centroid) + bh C + j`` (exact integers, see below), one ``amin`` over the
+   clusters gives the nearest centroid, a ``remainder`` its row in the flat ``[B H C, bits]``
+   centroids, one ``index_add`` adds ``2 * code`` of every member to its centroid's row and one
+   ``sign`` takes the majority. The first iteration also restarts empty clusters (about 15 small
+   kernels, once). A final ``baddbmm`` + ``amin`` assigns the labels.
+3. Eq. 3: two ``index_add`` (member sums and counts) and a division. Eqs. 4-6 (clustered): one fused
+   ``scaled_dot_product_attention`` of the C centroids against all keys, and one row gather.
+4. i_clustered: eqs. 4, 9 and the non-top-k part of eq. 10 in one node (:class:`_ClusteredBelowTopK`:
+   ``baddbmm``, softmax, ``topk``, an in-place scatter, one matmul); the cluster-major layout (one
+   stable sort, cumulative sums, scatters: about 15 small kernels); eq. 10's exact part in one node
+   (:class:`_ExactTopK`: gathers, two ``baddbmm``, a softmax, one gather back).
+
 Choices the paper leaves open, written down:
 
 * Hash planes: ``B`` standard-normal directions through the origin (no offset), drawn per head from
-  :meth:`Mixer.randn` on every call (new planes each training step; fixed planes in eval;
-  counter-based draws in graph-safe mode).
+  :meth:`Mixer.randn` on every call (new planes each training step; fixed planes in eval).
   Hashing, K-means, top-k selection are discrete and carry no gradient; gradients flow through the
   centroid means (eq. 3), the clustered softmax, and (i_clustered) the exact top-k softmax and m_j.
-* Hamming distance: codes are +-1 vectors, so ``B - 2 * hamming = code . centroid``; the nearest
-  centroid, ties to the lowest cluster index, is the max of one matmul of ``[code, 1]`` against
-  ``[M * centroid, M - 1 - j]`` (M >= C a power of two): exact integers in float32 (float64 when
-  ``(B + 1) M >= 2^24``), so an ``amax`` replaces an ``argmax`` and no tie can go another way.
-* K-means update: per-bit majority vote of the members (a tie gives bit -1). The r-th empty cluster
-  restarts at the r-th real query farthest from its centroid (equal distances: lower position
-  first; unless that distance is 0), else keeps its centroid. ``L`` iterations of (assign,
-  update), then a final assignment.
-* Speed, with the same labels as the plain loop: the ``[C, N]`` similarity matrix is kept across
-  iterations and only the rows of centroids that moved are recomputed (the integers are exact, so
-  this equals recomputing all); once no centroid moves the iterations stop (every further one would
-  repeat the last). That costs one host read per iteration (how many rows to recompute), so it is
-  done on CPU only, where the matmul is the cost; on a GPU every row is recomputed and all ``L``
-  iterations run, with no host sync (the same labels: the extra iterations are fixed points). Votes
-  and member counts are one ``index_add`` of ``[code, 1]`` rows. On CPU a second host read per
-  iteration skips the restart work (a top-k over every query, gathers) when no cluster is empty;
-  on a GPU it always runs, and then restarts nothing. "On CPU" is
-  :func:`attention.graph_safe.host_reads_free`, which tests switch off to run the GPU branches here.
-* Host syncs per call on a GPU: none. The centroid member counts are an ``index_add``-style
-  ``scatter_add`` (``bincount`` reads its input's min and max on the host).
-* i_clustered's exact part (eq. 10's top-k softmax) is one autograd node that keeps only the
-  probabilities ``[chunks, chunk, k]``; its backward gathers the queries, keys and values of each
-  slice of chunks again, and both passes run over slices whose gathered keys are at most the size of
-  K, so no per-chunk copy of the keys (several times K) is ever whole. Chunk size ``min(16, N // C)``;
-  the slot count is the largest row's real one on CPU (one host read), the static bound
-  ``N + (C+1)(chunk-1)`` on a GPU (no sync). Its backward re-enters the forward's autocast: a
-  reduction there runs in float32 on CUDA (``sum`` is on CUDA autocast's float32 list), so every
-  gradient is cast to its accumulator's dtype before it is added in place.
-* i_clustered's clustered part (eqs. 4, 9, the non-top-k part of 10) is one autograd node that keeps
-  a single ``[B,H,C,N]`` matrix (A^c with its top-k columns zeroed in place); its backward rebuilds
-  the softmax gradient from that matrix and the top-k values (``sum_l A_l dA_l = dR . (R V) + m dm``).
-* Initial centroids: the codes of C real queries evenly spaced in position order (deterministic, no
-  randomness spent). When C >= the number of real queries every query seeds a centroid, so distinct
-  queries get clusters of their own and the method reduces to exact softmax (the oracle test).
+* Hamming distance: codes are +-1 vectors, so ``B - 2 * hamming = code . centroid``. The nearest
+  centroid, ties to the lowest cluster index, is the ``amin`` of ``-M (code . centroid) + bh C + j``
+  with ``M >= B H C`` a power of two; the key modulo M is the centroid's row. Exact integers in
+  float32 (float64 when ``(bits + 1) M >= 2^24``), so no tie can go another way on any device.
+* K-means update: per-bit majority vote of the members, a tied bit keeps its value (computed as the
+  sign of ``centroid + 2 * sum of the members' codes``), so an empty cluster keeps its centroid.
+  Empty clusters restart after the first assignment only (where duplicate seeds leave them): the
+  r-th empty cluster restarts at the r-th real query farthest from its centroid (equal distances:
+  lower position first), unless that distance is 0. Later iterations do not restart: a restart
+  costs about 15 kernels, three times an iteration, and in the first one it already gives every
+  distinct query of a short row a cluster of its own. All L iterations always run (a fixed point
+  repeats itself, so the labels equal those of a loop that stops there).
+* Padded queries enter the K-means with the zero code: they vote for nothing, never seed a centroid,
+  and get the discard label C afterwards; they get zero output.
+* Initial centroids: the codes of C real queries evenly spaced in position order (rank
+  ``floor(j len / C)``; deterministic, no randomness spent). When C >= the number of real queries
+  every query seeds a centroid, so distinct queries get clusters of their own and the method
+  reduces to exact softmax (the oracle test).
 * Defaults C=100 (the paper's clustered-100 / i-clustered-100), B=63, L=10, k=32 (the paper's k).
   Short sequences: C is clamped to the (padded) length N and k to N, so they work from N=1. When C >= N
-  every query is its own cluster (the zero-distortion partition that the K-means above reaches from
-  its seeds up to hash collisions), so hashing and K-means are skipped and the result is exact
-  softmax; the i_clustered top-k recomputation then reproduces A^c exactly and is skipped too.
+  every query is its own cluster (the zero-distortion partition), so hashing and K-means are
+  skipped and the result is exact softmax; the i_clustered top-k step is then the identity and skipped.
 * Scale 1/sqrt(D) as in softmax attention (the paper omits it "for clarity").
-* Padding, per batch element AND per head: padded queries get a discard label C: they never seed,
-  join or move a centroid, and get zero output. Padded keys get a large negative bias in A^c; in
+* Padding, per batch element AND per head: padded keys get a large negative bias in A^c; in
   i_clustered, when a row has fewer than k real keys the padded keys that fill its top-k set are
-  masked again in the exact recomputation (their clustered mass is exactly 0). The key mask of a
-  query's top-k set is gathered with that query's own (batch, head, cluster) indices.
+  masked again in the exact recomputation (their clustered mass is exactly 0).
+* i_clustered's layout: chunks of ``min(16, N // C)`` slots, each cluster padded to a multiple of a
+  chunk, in the static bound ``N + (C+1)(chunk-1)`` slots (about a third more than a tight count at
+  N = 1024; a tight count would be a data-dependent shape). Empty slots read query 0 and are never
+  read back, so their gradient is exactly 0.
+* The two autograd nodes are kept because each wins a measured ratio (written at each): they store
+  one ``[B,H,C,N]`` matrix and the exact part's probabilities instead of autograd's copies. Their
+  backwards re-enter the forward's autocast; a reduction there runs in float32 on CUDA, so every
+  gradient is cast to its accumulator's dtype before it is added in place.
+* The one device choice, made from :attr:`Mixer.on_cpu`: on CPU the exact part runs in slices of
+  chunks whose gathered keys fit 2 MiB (``cpu_slice_bytes``; 0.77 of the one-pass time at B 8, N
+  1024, one thread: the slices stay in cache); on an accelerator it is one pass.
+* Host syncs per call: none, on any device (the member counts are an ``index_add``, not
+  ``bincount``, which reads its input's min and max on the host).
+* Dispatches (issue 62, ``python -m lra.bench --protocol dispatches``, the accelerator path, N =
+  1024, batch 16): clustered 1.58x and i_clustered 2.3x linear attention's count; most of the rest
+  is the L K-means iterations (about 7 operators each, 140 per step for two layers).
 """
 from __future__ import annotations
 

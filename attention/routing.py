@@ -178,11 +178,12 @@ class RoutingAttention(Mixer):
         v1 = F.pad(v, (0, 1), value=1.0).reshape(b * h * n, d + 1)           # [V, 1]: numerator and mass at once
         vg = _as(v1.index_select(0, rows[1] - b * h * n), ct).view(b * h * c, w, d + 1)
         weights = torch.baddbmm(shift, qg, kg.mT, alpha=1 / math.sqrt(d)).exp_()   # [BHrC, w, w]
-        num = v1.new_zeros(b * h * n, d + 1, dtype=ct).index_add_(0, rows[0], (weights @ vg).view(-1, d + 1))
+        part = (weights @ vg).view(-1, d + 1)                                # autocast may lower it
+        num = part.new_zeros(b * h * n, d + 1).index_add_(0, rows[0], part)
         num, den = num.view(b, h, n, d + 1).split([d, 1], dim=-1)           # den 0: no cluster took the query
         if self.training:
             self._train_step(qku, sim, pad)
-        return _as(num / den.clamp(min=torch.finfo(ct).tiny), qkn.dtype), den > 0
+        return _as(num / den.clamp(min=torch.finfo(num.dtype).tiny), qkn.dtype), den > 0
 
     def _train_step(self, qku: Tensor, sim: Tensor, pad: Padding) -> None:
         """Commitment loss (with gradient to q and k) and the EMA centroid update (no gradient)."""
