@@ -10,7 +10,8 @@ layer-normed queries and keys for the dot products, as the paper does. Cost O(N 
 the default ``k = sqrt(max_len)`` this is the paper's O(N^1.5 D).
 
 Centroid update (section 4.1, training only, never in eval): ``mu <- lambda mu + (1 - lambda) m``,
-``m`` the mean of the unit queries and keys whose nearest centroid is ``mu`` (padding excluded).
+``m`` the mean of the unit queries and keys whose nearest centroid is ``mu`` (padding excluded),
+computed as ``lerp(m, mu, lambda)`` and put back on the sphere.
 lambda = 0.999 as in the paper. Commitment loss (not written out in the paper's text; the
 VQ-VAE-style term of public implementations, pulling q and k towards their centroids), stored in
 ``self.aux_loss`` in training: ``beta * (mean ||q^ - sg(mu(q^))||^2 + mean ||k^ - sg(mu(k^))||^2)``
@@ -38,8 +39,9 @@ Choices the paper leaves open, written down:
   over the world size (DDP averages the ranks' gradients), so ranks with more padding do not
   weigh more (a per-rank mean would).
 * Tokens taken by no cluster (top-w membership is not a partition) fall back to block-local
-  attention in their window, with the same layer-normed q and k: never a zero row. Tokens taken by
-  several clusters combine the per-cluster outputs weighted by each cluster's softmax mass,
+  attention in their window, with the same layer-normed q and k: never a zero row (a real token
+  is taken iff its summed softmax mass is > 0: every real key's weight is >= exp(-2 sqrt(D))).
+  Tokens taken by several clusters combine the per-cluster outputs weighted by each cluster's softmax mass,
   ``o_i = sum_c exp(lse_ic) o_ic / sum_c exp(lse_ic)``: exactly softmax over the multiset union
   of their key sets (a key in two such clusters counts twice).
 * Padding: padded tokens rank last in every cluster's top-w (they fill slots only when a row has
@@ -47,23 +49,37 @@ Choices the paper leaves open, written down:
   move a centroid nor enter the commitment loss.
 * Attention scale 1/sqrt(D) on the layer-normed vectors (norm sqrt(D)), as in softmax attention.
 
-How it is computed (same values as the plain form the float64 reference writes out):
+How it is computed (one path, static shapes, no host read; heads and rows batched, no Python loop
+over them; same values as the plain form the float64 reference writes out), and what a GPU launches:
 
-* Clusters are combined without per-cluster log-sum-exps: a layer-normed vector has norm <= sqrt(D),
-  so every logit is <= sqrt(D) and ``exp(logit - sqrt(D))`` lies in ``[exp(-2 sqrt(D)), 1]`` (no
-  overflow, no underflow in float32 or bfloat16; float16 keeps these weights in float32). Each query
-  sums its clusters' unnormalised numerators and masses and divides once: softmax over the union.
-* The fallback is computed only for the queries no cluster took (about 1/e of them for balanced
-  top-w membership), not for every query of every routing head: each block's untaken queries are
-  packed into as many slots as the fullest block needs, a count read back on CPU, where the read is
-  free (:func:`attention.graph_safe.host_reads_free`). On a GPU the read would be a host sync per
-  layer, so there the slots are the static bound, the window: the fallback then costs what a local
-  head costs, with the same values (the extra slots are multiplied by 0). Either way the shapes stay
-  rectangular (fused kernels, no per-block loop). Host syncs per call on a GPU: none (padding is
-  decided once per batch, ``Padding.any``).
-* Block attention (local heads and fallback) runs through PyTorch's fused attention
-  (``scaled_dot_product_attention`` on 4-d views of the shell's ``[B, N, H, D]`` projections), so no
-  ``[window, window]`` probability matrix is stored for the backward pass.
+1. The routing heads' q and k are stacked (``[2, B, H_r, N, D]``), so layer norm, the unit
+   normalisation, the cosines to the centroids (one matmul), the top-w membership (one ``topk``)
+   and the gathers run once for both.
+2. Eq. 8 per cluster, unnormalised: one ``baddbmm`` + ``exp`` gives ``[B H_r C, w, w]`` weights,
+   one matmul against the gathered ``[V, 1]`` rows gives numerators and masses together, one
+   ``index_add`` sums them per query over the clusters that took it, one division normalises.
+   A layer-normed vector has norm <= sqrt(D), so every logit is <= sqrt(D) and ``exp(logit -
+   sqrt(D))`` lies in ``[exp(-2 sqrt(D)), 1]`` (no overflow, no underflow in float32 or bfloat16;
+   float16 keeps these weights in float32): softmax over the multiset union without per-cluster
+   log-sum-exps.
+3. The fallback is block-local attention of the layer-normed q and k computed for every query of
+   the routing heads and selected by ``where(taken, routed, fallback)`` (a query is taken iff its
+   summed mass is > 0): the static-shape form; packing only the untaken queries (about 1/e of
+   them) would need their per-block count, a data-dependent shape. On an accelerator the local
+   heads and the fallback are one fused ``scaled_dot_product_attention`` over all heads; on CPU
+   (:attr:`Mixer.on_cpu`, the one device choice) they are two calls on views of the shell's
+   projections, which saves copying q and k (interleaved, one thread, B 8, N 1024: the one-call
+   form is 1.14x the step's time there). Both give the same values (a test checks it).
+4. Training: the commitment loss from the cosine maxima (gradient to q^ and k^), the EMA update from
+   one ``index_add`` of ``[u, 1]`` rows (sums and counts together), all-reduced under DDP.
+
+Host syncs per call: none, on any device (padding is decided once per batch, ``Padding.any``).
+Dispatches (issue 62, ``python -m lra.bench --protocol dispatches``, accelerator path, N = 1024,
+batch 16): 1.58x linear attention's count, above the 1.5x target: a layer's step is about 190
+operators (the two block-attention layouts and their backward about 40, layer norm and the unit
+normalisation of q and k with their backward about 30, the routed gathers, matmuls and index_add
+with their backward about 45, the commitment loss and EMA update about 30); linear attention's
+whole layer is about 40.
 * The centroid statistics are sums by index (``index_add_``), not a ``[B, H, N, C]`` one-hot.
 """
 from __future__ import annotations
