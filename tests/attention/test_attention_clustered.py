@@ -100,8 +100,8 @@ def test_matches_dense_reference_per_batch_and_head(name, topk):
 @pytest.mark.slow
 def test_improved_output_hand_written_backward_matches_autograd_gradcheck():
     """The exact top-k node's backward (eqs. 10-11) against finite differences in float64: padded
-    queries and keys, clusters of uneven size (one empty), several slices of chunks, top-k sets that
-    hold padded keys; padded queries get exactly zero output."""
+    queries and keys, clusters of uneven size (one empty), several slices of chunks (the CPU
+    split), top-k sets that hold padded keys; padded queries get exactly zero output."""
     g = torch.Generator().manual_seed(0)
     b, h, n, d, c, kk = 2, 2, 11, 4, 3, 4
     mask = torch.arange(n) < torch.tensor([n, 7])[:, None]
@@ -112,7 +112,7 @@ def test_improved_output_hand_written_backward_matches_autograd_gradcheck():
     mass = torch.rand(b, h, c, generator=g, dtype=torch.float64, requires_grad=True)
 
     def run(*args):
-        return improved_output(args[0], args[1], args[2], mask, labels, top_idx, args[3], args[4], 0.5)
+        return improved_output(args[0], args[1], args[2], mask, labels, top_idx, args[3], args[4], 0.5, 2)   # 2-chunk slices
 
     out = run(q, k, v, rest, mass)
     assert (out[1, :, 7:] == 0).all(), "padded queries must get zero output"
