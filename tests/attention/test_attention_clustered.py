@@ -112,7 +112,7 @@ def test_improved_output_hand_written_backward_matches_autograd_gradcheck():
     mass = torch.rand(b, h, c, generator=g, dtype=torch.float64, requires_grad=True)
 
     def run(*args):
-        return improved_output(args[0], args[1], args[2], mask, labels, top_idx, args[3], args[4], 0.5, 2)   # 2-chunk slices
+        return improved_output(args[0], args[1], args[2], mask, labels, top_idx, args[3], args[4], 0.5, 3)   # 3-chunk slices, one short
 
     out = run(q, k, v, rest, mass)
     assert (out[1, :, 7:] == 0).all(), "padded queries must get zero output"
