@@ -10,7 +10,8 @@ layer-normed queries and keys for the dot products, as the paper does. Cost O(N 
 the default ``k = sqrt(max_len)`` this is the paper's O(N^1.5 D).
 
 Centroid update (section 4.1, training only, never in eval): ``mu <- lambda mu + (1 - lambda) m``,
-``m`` the mean of the unit queries and keys whose nearest centroid is ``mu`` (padding excluded).
+``m`` the mean of the unit queries and keys whose nearest centroid is ``mu`` (padding excluded),
+computed as ``lerp(m, mu, lambda)`` and put back on the sphere.
 lambda = 0.999 as in the paper. Commitment loss (not written out in the paper's text; the
 VQ-VAE-style term of public implementations, pulling q and k towards their centroids), stored in
 ``self.aux_loss`` in training: ``beta * (mean ||q^ - sg(mu(q^))||^2 + mean ||k^ - sg(mu(k^))||^2)``
@@ -38,8 +39,9 @@ Choices the paper leaves open, written down:
   over the world size (DDP averages the ranks' gradients), so ranks with more padding do not
   weigh more (a per-rank mean would).
 * Tokens taken by no cluster (top-w membership is not a partition) fall back to block-local
-  attention in their window, with the same layer-normed q and k: never a zero row. Tokens taken by
-  several clusters combine the per-cluster outputs weighted by each cluster's softmax mass,
+  attention in their window, with the same layer-normed q and k: never a zero row (a real token
+  is taken iff its summed softmax mass is > 0: every real key's weight is >= exp(-2 sqrt(D))).
+  Tokens taken by several clusters combine the per-cluster outputs weighted by each cluster's softmax mass,
   ``o_i = sum_c exp(lse_ic) o_ic / sum_c exp(lse_ic)``: exactly softmax over the multiset union
   of their key sets (a key in two such clusters counts twice).
 * Padding: padded tokens rank last in every cluster's top-w (they fill slots only when a row has
@@ -47,23 +49,37 @@ Choices the paper leaves open, written down:
   move a centroid nor enter the commitment loss.
 * Attention scale 1/sqrt(D) on the layer-normed vectors (norm sqrt(D)), as in softmax attention.
 
-How it is computed (same values as the plain form the float64 reference writes out):
+How it is computed (one path, static shapes, no host read; heads and rows batched, no Python loop
+over them; same values as the plain form the float64 reference writes out), and what a GPU launches:
 
-* Clusters are combined without per-cluster log-sum-exps: a layer-normed vector has norm <= sqrt(D),
-  so every logit is <= sqrt(D) and ``exp(logit - sqrt(D))`` lies in ``[exp(-2 sqrt(D)), 1]`` (no
-  overflow, no underflow in float32 or bfloat16; float16 keeps these weights in float32). Each query
-  sums its clusters' unnormalised numerators and masses and divides once: softmax over the union.
-* The fallback is computed only for the queries no cluster took (about 1/e of them for balanced
-  top-w membership), not for every query of every routing head: each block's untaken queries are
-  packed into as many slots as the fullest block needs, a count read back on CPU, where the read is
-  free (:func:`attention.graph_safe.host_reads_free`). On a GPU the read would be a host sync per
-  layer, so there the slots are the static bound, the window: the fallback then costs what a local
-  head costs, with the same values (the extra slots are multiplied by 0). Either way the shapes stay
-  rectangular (fused kernels, no per-block loop). Host syncs per call on a GPU: none (padding is
-  decided once per batch, ``Padding.any``).
-* Block attention (local heads and fallback) runs through PyTorch's fused attention
-  (``scaled_dot_product_attention`` on 4-d views of the shell's ``[B, N, H, D]`` projections), so no
-  ``[window, window]`` probability matrix is stored for the backward pass.
+1. The routing heads' q and k are stacked (``[2, B, H_r, N, D]``), so layer norm, the unit
+   normalisation, the cosines to the centroids (one matmul), the top-w membership (one ``topk``)
+   and the gathers run once for both.
+2. Eq. 8 per cluster, unnormalised: one ``baddbmm`` + ``exp`` gives ``[B H_r C, w, w]`` weights,
+   one matmul against the gathered ``[V, 1]`` rows gives numerators and masses together, one
+   ``index_add`` sums them per query over the clusters that took it, one division normalises.
+   A layer-normed vector has norm <= sqrt(D), so every logit is <= sqrt(D) and ``exp(logit -
+   sqrt(D))`` lies in ``[exp(-2 sqrt(D)), 1]`` (no overflow, no underflow in float32 or bfloat16;
+   float16 keeps these weights in float32): softmax over the multiset union without per-cluster
+   log-sum-exps.
+3. The fallback is block-local attention of the layer-normed q and k computed for every query of
+   the routing heads and selected by ``where(taken, routed, fallback)`` (a query is taken iff its
+   summed mass is > 0): the static-shape form; packing only the untaken queries (about 1/e of
+   them) would need their per-block count, a data-dependent shape. On an accelerator the local
+   heads and the fallback are one fused ``scaled_dot_product_attention`` over all heads; on CPU
+   (:attr:`Mixer.on_cpu`, the one device choice) they are two calls on views of the shell's
+   projections, which saves copying q and k (interleaved, one thread, B 8, N 1024: the one-call
+   form is 1.14x the step's time there). Both give the same values (a test checks it).
+4. Training: the commitment loss from the cosine maxima (gradient to q^ and k^), the EMA update from
+   one ``index_add`` of ``[u, 1]`` rows (sums and counts together), all-reduced under DDP.
+
+Host syncs per call: none, on any device (padding is decided once per batch, ``Padding.any``).
+Dispatches (issue 62, ``python -m lra.bench --protocol dispatches``, accelerator path, N = 1024,
+batch 16): 1.58x linear attention's count, above the 1.5x target: a layer's step is about 190
+operators (the two block-attention layouts and their backward about 40, layer norm and the unit
+normalisation of q and k with their backward about 30, the routed gathers, matmuls and index_add
+with their backward about 45, the commitment loss and EMA update about 30); linear attention's
+whole layer is about 40.
 * The centroid statistics are sums by index (``index_add_``), not a ``[B, H, N, C]`` one-hot.
 """
 from __future__ import annotations
@@ -76,69 +92,31 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer, require_positive
-from attention.graph_safe import host_reads_free
 from attention.masking import neg_fill, pad_to_multiple, zero_padded
 from attention.padding import Padding
 from attention.spec import Grid, Knob, Peer, Range, Spec, cap, int_range
 
 
-def block_local_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window: int) -> Tensor:
-    """Softmax attention within non-overlapping blocks of ``window`` positions; ``[B,H,N,D]``."""
+def block_local_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, window: int) -> Tensor:
+    """Softmax attention within non-overlapping blocks of ``window`` positions; ``[B,H,N,D]``.
+    ``mask None``: no padded key (the batch has no padding and N is a multiple of ``window``)."""
     b, h, n, d = q.shape
-    out = F.scaled_dot_product_attention(*(_blocks(t, window) for t in (q, k, v)),
-                                         attn_mask=_block_key_bias(mask, window, q.dtype))
-    return _unblock(out, b, n)
+    bias = None
+    if mask is not None or n % window:
+        real = pad_to_multiple(torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask,
+                               window, dim=1, value=False)
+        bias = torch.zeros(real.shape, dtype=q.dtype, device=q.device).masked_fill(~real, neg_fill(q.dtype))
+        bias = bias.view(-1, 1, 1, window)      # finite: a fully padded block stays NaN-free (zeroed by the caller)
+    out = F.scaled_dot_product_attention(*(_blocks(t, window) for t in (q, k, v)), attn_mask=bias)
+    return out.transpose(1, 2).reshape(b, -1, h, d)[:, :n].transpose(1, 2)
 
 
 def _blocks(t: Tensor, window: int) -> Tensor:
     """``[B,H,N,D]`` -> ``[B*N/window, H, window, D]`` (zero-padded to a multiple of ``window``): the
-    4-d layout of PyTorch's fused (flash) attention; a view of the shell's ``[B,N,H,D]`` projections when
-    the heads' memory allows (all heads, or one), a copy otherwise."""
+    4-d layout of PyTorch's fused attention; a view of the shell's ``[B,N,H,D]`` projections when the
+    heads' memory allows, a copy otherwise."""
     b, h, _, d = t.shape
     return pad_to_multiple(t.transpose(1, 2), window, dim=1).reshape(-1, window, h, d).transpose(1, 2)
-
-
-def _unblock(t: Tensor, b: int, n: int) -> Tensor:
-    """Inverse of :func:`_blocks`: ``[B*nb, H, window, D]`` -> ``[B,H,N,D]``."""
-    return t.transpose(1, 2).reshape(b, -1, t.shape[1], t.shape[3])[:, :n].transpose(1, 2)
-
-
-def _block_key_bias(mask: Tensor, window: int, dtype: torch.dtype) -> Tensor:
-    """Additive key bias ``[B*nb,1,1,window]``: 0 for real keys, a finite large negative for padded
-    ones (a fully padded block stays NaN-free; its query rows are zeroed by the caller)."""
-    real = pad_to_multiple(mask, window, dim=1, value=False)
-    bias = torch.zeros(real.shape, dtype=dtype, device=mask.device).masked_fill(~real, neg_fill(dtype))
-    return bias.view(-1, 1, 1, window)
-
-
-def fallback_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, need: Tensor, window: int) -> Tensor:
-    """:func:`block_local_attention` computed only for the queries with ``need [B,H,N]`` True; zero
-    rows elsewhere. Each block's needed queries are packed into ``cap`` slots, ``cap`` the largest
-    count of any block (read back where that is free; else the static bound ``window``), so the work
-    shrinks with the share of needed queries while shapes stay rectangular; spare slots compute a
-    row that is multiplied by 0."""
-    b, h, n, d = q.shape
-    qb, kb, vb = (_blocks(t, window) for t in (q, k, v))                    # [B*nb,H,window,D]
-    needb = _blocks(need[..., None], window)[..., 0]                        # [B*nb,H,window]
-    counts = needb.sum(-1)                                                  # [B*nb,H]
-    cap = int(counts.amax()) if host_reads_free(counts) else window
-    if cap == 0:
-        return torch.zeros_like(q)
-    # Positions of the needed queries first, in order (a stable sort of "not needed").
-    pos = torch.sort((~needb).to(torch.uint8), dim=-1, stable=True).indices[..., :cap]   # [B*nb,H,cap]
-    valid = torch.arange(cap, device=q.device) < counts[..., None]
-    picked = qb.gather(2, pos[..., None].expand(-1, -1, -1, d))                          # [B*nb,H,cap,D]
-    out = F.scaled_dot_product_attention(picked, kb, vb, attn_mask=_block_key_bias(mask, window, q.dtype))
-    out = out * valid[..., None].to(out.dtype)
-    full = out.new_zeros(qb.shape).scatter_add(2, pos[..., None].expand(-1, -1, -1, d), out)
-    return _unblock(full, b, n)
-
-
-def _take(t: Tensor, idx: Tensor) -> Tensor:
-    """Rows of ``t [B,H,N,D]`` at ``idx [B,H,...]`` -> ``[B,H,...,D]`` (no N x N intermediate)."""
-    b, h, n, d = t.shape
-    offsets = (torch.arange(b * h, device=t.device) * n).view(b, h, *([1] * (idx.dim() - 2)))
-    return t.reshape(b * h * n, d).index_select(0, (idx + offsets).reshape(-1)).view(*idx.shape, d)
 
 
 class RoutingAttention(Mixer):
@@ -194,92 +172,93 @@ class RoutingAttention(Mixer):
         self.register_buffer("centroids", F.normalize(init, dim=-1))
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
-        mask = pad.mask
-        n, nl = q.shape[2], self.local_heads
-        window = min(self.window, n)
-        # split (not slices): its backward concatenates the heads' gradients instead of zero-filling
-        # a full-size gradient per slice.
-        (ql, qr), (kl, kr), (vl, vr) = (t.split([nl, q.shape[1] - nl], dim=1) for t in (q, k, v))
-        outs = []
-        if nl > 0:
-            outs.append(block_local_attention(ql, kl, vl, mask, window))
-        if nl < q.shape[1]:
-            outs.append(self._route(qr, kr, vr, mask, window))
-        # Heads joined in [B, N, H, D] memory: the shell's output projection then reads a view.
-        out = torch.cat([o.transpose(1, 2) for o in outs], dim=2).transpose(1, 2)
-        return zero_padded(out, pad)
-
-    def _route(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, window: int) -> Tensor:
+        mask = pad.mask if pad.any else None
         b, h, n, d = q.shape
-        qn, kn = F.layer_norm(q, (d,)), F.layer_norm(k, (d,))
-        qu, ku = F.normalize(qn, dim=-1), F.normalize(kn, dim=-1)
-        mu = self.centroids.to(q.dtype, copy=True)  # the EMA update below writes the buffer in place
-        sim_q = torch.einsum("bhnd,hcd->bhcn", qu, mu)                      # cosines [B,H,C,N]
-        sim_k = torch.einsum("bhnd,hcd->bhcn", ku, mu)
-        pad = ~mask[:, None, None, :]
+        nl, window = self.local_heads, min(self.window, n)
+        if nl == h:
+            return zero_padded(block_local_attention(q, k, v, mask, window), pad)
+        # Routing heads: layer-normed q and k, stacked so that every step below runs once for both.
+        (ql, qr), (kl, kr), (vl, vr) = (t.split([nl, h - nl], dim=1) for t in (q, k, v))
+        qkn = F.layer_norm(torch.stack([qr, kr]), (d,))                     # [2,B,Hr,N,D]
+        routed, taken = self._route(qkn, vr, pad)
+        qn, kn = qkn.unbind()
+        if not nl:
+            out = torch.where(taken, routed, block_local_attention(qn, kn, vr, mask, window))
+        elif self.on_cpu:  # two block attentions on the shell's views: no copy of q and k (1.14x faster on CPU)
+            out = torch.cat([block_local_attention(ql, kl, vl, mask, window),
+                             torch.where(taken, routed, block_local_attention(qn, kn, vr, mask, window))], 1)
+        else:              # the local heads (raw q, k) and the fallback (layer-normed) in one launch
+            local = block_local_attention(torch.cat([ql, qn], 1), torch.cat([kl, kn], 1), v, mask, window)
+            local_l, local_r = local.split([nl, h - nl], dim=1)
+            out = torch.cat([local_l, torch.where(taken, routed, local_r)], 1)
+        return zero_padded(out, pad)                                        # untaken queries: the fallback
+
+    def _route(self, qkn: Tensor, v: Tensor, pad: Padding) -> tuple[Tensor, Tensor]:
+        """Eq. 8 over each cluster's top-w queries and keys, combined over the clusters that took a
+        query; returns it ``[B,Hr,N,D]`` and ``taken [B,Hr,N,1]`` (a cluster took the query)."""
+        _, b, h, n, d = qkn.shape
+        c = self.n_clusters
+        qku = F.normalize(qkn, dim=-1)                                      # unit q^, k^
+        mu = self.centroids.to(qkn.dtype, copy=True)   # the EMA update below writes the buffer in place
         # Cluster size from max_len, not the batch's padded length: padding must not change membership.
-        w = min(n, -(-self.max_len // self.n_clusters))
+        w = min(n, -(-self.max_len // c))
+        sim = torch.matmul(mu, qku.mT)                                      # cosines [2,B,Hr,C,N]
         with torch.no_grad():  # membership is discrete; padded tokens rank last
-            idx_q = sim_q.masked_fill(pad, -math.inf).topk(w, dim=-1).indices   # [B,H,C,w]
-            idx_k = sim_k.masked_fill(pad, -math.inf).topk(w, dim=-1).indices
-            real_k = mask[:, None, :].expand(b, h, n).gather(2, idx_k.flatten(2)).view_as(idx_k)
+            ranked = sim.masked_fill(~pad.mask[:, None, None, :], -math.inf) if pad.any else sim
+            idx = ranked.topk(w, dim=-1).indices                            # [2,B,Hr,C,w]: queries, keys
+            rows = (idx + torch.arange(0, 2 * b * h * n, n, device=idx.device).view(2, b, h, 1, 1)).view(2, -1)
             # exp(logit - sqrt(d)) <= 1: layer-normed vectors have norm <= sqrt(d), so every logit
             # q.k / sqrt(d) <= sqrt(d). Padded keys get exp(-inf) = 0.
-            shift = torch.zeros(real_k.shape, dtype=self._exp_dtype(q), device=q.device)
-            shift = shift.masked_fill_(~real_k, -math.inf).sub_(math.sqrt(d)).flatten(0, 2)[:, None, :]
-
+            ct = torch.float32 if qkn.dtype == torch.float16 else qkn.dtype   # float16 cannot hold exp(-2 sqrt(d))
+            shift = torch.full((1, 1, 1), -math.sqrt(d), dtype=ct, device=idx.device)
+            if pad.any:
+                real_k = pad.mask[:, None, :].expand(b, h, n).reshape(-1).index_select(0, rows[1] - b * h * n)
+                shift = shift.masked_fill(~real_k.view(-1, 1, w), -math.inf)
         # Eq. 8 per cluster, unnormalised: each query's clusters are then summed and divided once,
         # which is softmax over the multiset union of their key sets (no per-cluster log-sum-exp).
-        ct = shift.dtype
-        qg, kg, vg = (_take(t, i).to(ct).flatten(0, 2) for t, i in ((qn, idx_q), (kn, idx_k), (v, idx_k)))
-        weights = torch.baddbmm(shift, qg, kg.transpose(1, 2), alpha=1 / math.sqrt(d)).exp_()  # [BHC,w,w]
-        num = (weights @ vg).view(b, h, -1, d)                              # [B,H,C*w,D]
-        den = weights.sum(-1).view(b, h, -1)
-        flat = idx_q.flatten(2)                                             # [B,H,C*w]
-        num = num.new_zeros(b, h, n, d).scatter_add(2, flat[..., None].expand(-1, -1, -1, d), num)
-        den = den.new_zeros(b, h, n).scatter_add(2, flat, den)
-        with torch.no_grad():
-            taken = torch.zeros(b, h, n, dtype=torch.bool, device=q.device).scatter_(2, flat, True)
-        routed = (num / den.clamp(min=torch.finfo(ct).tiny)[..., None]).to(q.dtype)   # untaken rows: 0 / tiny
-        out = routed + fallback_attention(qn, kn, v, mask, ~taken & mask[:, None, :], window)
-
+        qg, kg = _as(qkn.reshape(-1, d).index_select(0, rows.view(-1)), ct).view(2, b * h * c, w, d)
+        v1 = F.pad(v, (0, 1), value=1.0).reshape(b * h * n, d + 1)           # [V, 1]: numerator and mass at once
+        vg = _as(v1.index_select(0, rows[1] - b * h * n), ct).view(b * h * c, w, d + 1)
+        weights = torch.baddbmm(shift, qg, kg.mT, alpha=1 / math.sqrt(d)).exp_()   # [BHrC, w, w]
+        part = (weights @ vg).view(-1, d + 1)                                # autocast may lower it
+        num = part.new_zeros(b * h * n, d + 1).index_add_(0, rows[0], part)
+        num, den = num.view(b, h, n, d + 1).split([d, 1], dim=-1)           # den 0: no cluster took the query
         if self.training:
-            self._train_step(qu, ku, sim_q, sim_k, mask)
-        return out
+            self._train_step(qku, sim, pad)
+        return _as(num / den.clamp(min=torch.finfo(num.dtype).tiny), qkn.dtype), den > 0
 
-    @staticmethod
-    def _exp_dtype(q: Tensor) -> torch.dtype:
-        """float16 cannot hold exp(-2 sqrt(d)): the unnormalised weights are then kept in float32."""
-        return torch.float32 if q.dtype == torch.float16 else q.dtype
-
-    def _train_step(self, qu: Tensor, ku: Tensor, sim_q: Tensor, sim_k: Tensor, mask: Tensor) -> None:
+    def _train_step(self, qku: Tensor, sim: Tensor, pad: Padding) -> None:
         """Commitment loss (with gradient to q and k) and the EMA centroid update (no gradient)."""
-        real = mask[:, None, :].to(qu.dtype)                                # [B,1,N]
-        n_real = real.sum() * qu.shape[1]
-        h, c, d = self.centroids.shape
+        _, b, h, n, d = qku.shape
+        c = self.n_clusters
         # ||u - mu(u)||^2 = 2 - 2 max_c u.mu_c for unit vectors; mu is a buffer (stop-gradient).
-        commit = 0
-        sums = qu.new_zeros(h * c, d)
-        counts = qu.new_zeros(h * c)
-        for u, s in ((qu, sim_q), (ku, sim_k)):
-            best, nearest = s.max(dim=2)                                    # [B,H,N]
-            commit = commit + ((2 - 2 * best) * real).sum()
-            with torch.no_grad():  # per-centroid sums and counts of the real tokens, by index
-                rows = (nearest + torch.arange(0, h * c, c, device=u.device)[:, None]).flatten()
-                weight = real.expand(-1, h, -1).flatten()
-                sums.index_add_(0, rows, u.detach().flatten(0, 2) * weight[:, None])
-                counts.index_add_(0, rows, weight)
-        world = 1
-        with torch.no_grad():
-            sums, counts = sums.view(h, c, d), counts.view(h, c)
+        best, nearest = sim.max(dim=-2)                                     # [2,B,Hr,N]
+        gap = 1 - best
+        with torch.no_grad():  # the nearest centroid of every q^ and k^, as a row of mu [Hr C, D]
+            rows = (nearest + torch.arange(0, h * c, c, device=qku.device).view(h, 1)).view(-1)
+        real = pad.mask[:, None, :, None].to(qku.dtype) if pad.any else None
+        if pad.any:
+            gap = gap * real[..., 0]                                        # padded tokens: no loss
+        with torch.no_grad():  # per-centroid sums and counts of the real tokens, by index
+            stats = torch.cat([qku, qku.new_ones(qku.shape[:-1] + (1,))], -1)   # [u, 1]
+            if pad.any:
+                stats = stats * real                                        # padded tokens: no vote
+            stats = qku.new_zeros(h * c, d + 1).index_add_(0, rows, stats.view(-1, d + 1)).view(h, c, d + 1)
+            world = 1
             if dist.is_available() and dist.is_initialized():  # every rank: the global batch's statistics
-                dist.all_reduce(sums)
-                dist.all_reduce(counts)
-                dist.all_reduce(n_real := n_real.clone())
+                dist.all_reduce(stats)
                 world = dist.get_world_size()               # DDP averages the ranks' gradients
-        self.aux_loss = self.commitment * commit * world / n_real.clamp(min=1.0)
+        sums, counts = stats.split([d, 1], dim=-1)
+        # A mean over the real tokens of the global batch (the counts hold each q^ and k^ once):
+        # beta (mean ||q^ - mu||^2 + mean ||k^ - mu||^2).
+        self.aux_loss = gap.sum() * (4 * self.commitment * world) / counts.sum().clamp(min=2.0)
         with torch.no_grad():
-            mean = sums / counts.clamp(min=1.0)[..., None]
             mu = self.centroids
-            moved = F.normalize(self.decay * mu + (1 - self.decay) * mean.to(mu.dtype), dim=-1)
-            mu.copy_(torch.where(counts[..., None] > 0, moved, mu))
+            moved = torch.lerp(_as(sums / counts.clamp(min=1.0), mu.dtype), mu, self.decay)
+            moved = moved / torch.linalg.vector_norm(moved, dim=-1, keepdim=True).clamp_min(1e-12)   # to the sphere
+            mu.copy_(torch.where(counts > 0, moved, mu))
+
+
+def _as(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """``t`` in ``dtype``, dispatching nothing when it already is."""
+    return t if t.dtype == dtype else t.to(dtype)

@@ -100,8 +100,8 @@ def test_matches_dense_reference_per_batch_and_head(name, topk):
 @pytest.mark.slow
 def test_improved_output_hand_written_backward_matches_autograd_gradcheck():
     """The exact top-k node's backward (eqs. 10-11) against finite differences in float64: padded
-    queries and keys, clusters of uneven size (one empty), several slices of chunks, top-k sets that
-    hold padded keys; padded queries get exactly zero output."""
+    queries and keys, clusters of uneven size (one empty), several slices of chunks (the CPU
+    split), top-k sets that hold padded keys; padded queries get exactly zero output."""
     g = torch.Generator().manual_seed(0)
     b, h, n, d, c, kk = 2, 2, 11, 4, 3, 4
     mask = torch.arange(n) < torch.tensor([n, 7])[:, None]
@@ -112,7 +112,7 @@ def test_improved_output_hand_written_backward_matches_autograd_gradcheck():
     mass = torch.rand(b, h, c, generator=g, dtype=torch.float64, requires_grad=True)
 
     def run(*args):
-        return improved_output(args[0], args[1], args[2], mask, labels, top_idx, args[3], args[4], 0.5)
+        return improved_output(args[0], args[1], args[2], mask, labels, top_idx, args[3], args[4], 0.5, 3)   # 3-chunk slices, one short
 
     out = run(q, k, v, rest, mass)
     assert (out[1, :, 7:] == 0).all(), "padded queries must get zero output"
@@ -178,11 +178,9 @@ def test_planes_redrawn_in_training_fixed_in_eval():
     torch.testing.assert_close(mixer.cluster(q, mask), mixer.cluster(q, mask))
 
 
-@pytest.mark.parametrize("incremental", [True, False], ids=["cpu-incremental", "gpu-no-sync"])
-def test_hamming_kmeans_matches_the_plain_lloyd_loop(incremental):
-    """The fast K-means (keyed amax; on CPU only moved centroids' rows recomputed, stop at a fixed
-    point; on GPU every row, every iteration) gives the labels of the plain per-row loop, with empty
-    clusters restarting (duplicate codes)."""
+def test_hamming_kmeans_matches_the_plain_lloyd_loop():
+    """The batched K-means (keyed baddbmm + argmax, votes by scatter_add, every iteration run) gives
+    the labels of the plain per-row loop, with duplicate codes (clusters left empty keep their bits)."""
     from tests.reference.clustered import hamming_kmeans_reference
 
     g = torch.Generator().manual_seed(3)
@@ -190,7 +188,7 @@ def test_hamming_kmeans_matches_the_plain_lloyd_loop(incremental):
     codes[:, :, 100:160] = codes[:, :, 100:101]                         # 60 equal codes
     mask = torch.ones(2, 300, dtype=torch.bool)
     mask[1, 250:] = False
-    labels = hamming_kmeans(codes, mask, n_clusters=20, iters=10, incremental=incremental)
+    labels = hamming_kmeans(codes, mask, n_clusters=20, iters=10)
     for b in range(2):
         real = mask[b].nonzero().flatten().tolist()
         for h in range(2):

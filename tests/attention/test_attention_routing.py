@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from attention.registry import build_mixer
-from attention.routing import block_local_attention, fallback_attention
+from attention.routing import block_local_attention
 from models.module import LRAModule
 from models.network import LRAClassifier
 from tests.attention_harness import DH, H, N, lengths_mask, make_mixer, qkvx, softmax_reference
@@ -48,26 +48,23 @@ def test_block_local_attention_matches_dense_block_mask():
 
 
 
-def test_fallback_is_block_local_attention_on_the_needed_queries_only():
-    """Values and gradients equal block-local attention's rows where ``need`` holds, zero rows
-    elsewhere; blocks need different numbers of queries (spare slots) and one needs none."""
-    q, k, v, _ = qkvx(requires_grad=True)
+def test_untaken_queries_fall_back_to_block_local_attention_values_and_gradients():
+    """A query no cluster took reads block-local attention of the layer-normed q and k in its
+    window (values and gradients of q, k, v), computed for every query and selected by ``where``."""
+    q, k, v, x = qkvx(requires_grad=True)
     mask = lengths_mask(LENGTHS)
     window = 8
-    need = torch.rand(q.shape[:3], generator=torch.Generator().manual_seed(3)) < 0.4
-    need[0, 0, :window] = False                      # a block with nothing to compute
-    need[1, 1, window:2 * window] = True             # a full block: cap = window
-    need &= mask[:, None, :]
-    keep = need[..., None].to(q.dtype)
-    got = fallback_attention(q, k, v, mask, need, window)
-    expected = block_local_attention(q, k, v, mask, window) * keep
+    mixer = make_mixer("routing", n_clusters=3, window=window, local_heads=0, max_len=N).eval()
+    idx_q, _ = memberships(mixer, q.detach(), k.detach(), mask)
+    taken = torch.zeros(q.shape[:3], dtype=torch.bool).scatter_(2, idx_q.flatten(2), True)
+    untaken = (~taken & mask[:, None, :])[..., None].to(q.dtype)
+    assert untaken.sum() > 0
+    got = mixer(q, k, v, mask, x) * untaken
+    expected = block_local_attention(ln(q), ln(k), v, mask, window) * untaken
     torch.testing.assert_close(got, expected, **TOL)
     g = torch.randn_like(got)
-    grads = torch.autograd.grad((got * g).sum(), (q, k, v))
-    for a, b in zip(grads, torch.autograd.grad((expected * g).sum(), (q, k, v))):
+    for a, b in zip(torch.autograd.grad((got * g).sum(), (q, k, v)), torch.autograd.grad((expected * g).sum(), (q, k, v))):
         torch.testing.assert_close(a, b, **TOL)
-    assert fallback_attention(q, k, v, mask, torch.zeros_like(need), window).abs().sum() == 0
-
 
 
 def test_padded_keys_in_a_short_rows_clusters_get_no_weight():

@@ -1,7 +1,7 @@
 """Clustered and improved clustered attention (Vyas et al. 2020), written from eqs. 3-6 and 9-11
 with the grouping of section 3.2.2 (SimHash codes, Lloyd's K-means in Hamming space), per row and
 head in plain loops. Reads the mixer's hash planes only; the K-means conventions (seeds, majority
-vote, empty-cluster restart, ties) are the ones the module's docstring writes down."""
+vote, ties keeping their bit, empty clusters restarting after the first assignment only) are the ones the module's docstring writes down."""
 from __future__ import annotations
 
 import math
@@ -12,24 +12,23 @@ from torch import Tensor
 
 def hamming_kmeans_reference(codes: Tensor, real: list[int], n_clusters: int, iters: int) -> dict[int, int]:
     """Cluster of each real position; ``codes [N, bits]`` are +-1."""
-    nb = codes.shape[1]
     r = len(real)
     x = codes[real]                                                            # [r, bits]
     cent = torch.stack([codes[real[(c * r) // n_clusters]] for c in range(n_clusters)])
-    for _ in range(iters):
+    for it in range(iters):
         sim = x @ cent.t()                                                    # bits - 2 * hamming
         labels = sim.argmax(-1)                                               # ties: lowest cluster
-        distortion = nb - sim.max(-1).values
+        distortion = codes.shape[1] - sim.max(-1).values
         far = sorted(range(r), key=lambda i: (-distortion[i].item(), i))      # farthest first, stable
         new, empty_rank = [], 0
         for c in range(n_clusters):
-            members = x[labels == c]
-            if len(members):
-                new.append(torch.where(members.sum(0) > 0, 1.0, -1.0).to(x.dtype))
-            else:
+            votes = x[labels == c].sum(0)                                     # 0 for an empty cluster
+            keep = torch.where(votes > 0, 1.0, torch.where(votes < 0, -1.0, cent[c])).to(x.dtype)  # tie: keep
+            if it == 0 and not (labels == c).any():                           # the first update restarts
                 cand = far[empty_rank] if empty_rank < r else None
                 empty_rank += 1
-                new.append(x[cand] if cand is not None and distortion[cand] > 0 else cent[c])
+                keep = x[cand] if cand is not None and distortion[cand] > 0 else cent[c]
+            new.append(keep)
         cent = torch.stack(new)
     labels = (x @ cent.t()).argmax(-1)
     return {pos: int(lab) for pos, lab in zip(real, labels)}
