@@ -60,13 +60,14 @@ def autocast_as(state: tuple[str, bool, torch.dtype]) -> torch.autocast:
     return torch.autocast(dev, dtype=dtype, enabled=enabled)
 
 
-def emulate_accelerator(module: nn.Module) -> nn.Module:
-    """Every mixer of ``module`` takes its accelerator choices on CPU from now on (tests and the
-    dispatch count run the code a GPU runs, on the same values); returns ``module``."""
+def emulate_accelerator(module: nn.Module, on: bool = True) -> nn.Module:
+    """Every mixer of ``module`` takes its accelerator choices on CPU from now on (``on=False``:
+    its own device's again), so tests and the dispatch count run the code a GPU runs, on the same
+    values; returns ``module``."""
     for m in module.modules():
         if isinstance(m, Mixer):
-            m._emulated_accelerator = True
-            m.on_cpu = False
+            m._emulated_accelerator = on
+            m.on_cpu = m.draws.device.type == "cpu" and not on
     return module
 
 

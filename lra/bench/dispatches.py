@@ -38,7 +38,7 @@ def count_one(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("compile"):
         model.compile(fullgraph=True, dynamic=False)
     before = _inductor_kernels()
-    out = count_dispatches(counted(), device, spec["batch_size"])
+    out = count_dispatches(counted(), device, spec["batch_size"], model)
     if spec.get("compile"):
         out["compiled_kernels"] = _inductor_kernels() - before
     return out

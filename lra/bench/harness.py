@@ -38,7 +38,7 @@ Choices, written down:
   kept from an earlier measurement can hide part of a later one's peak).
 * Dispatches: one more step, profiled after the timed ones, counts what a GPU step would launch
   (``dispatches``, :func:`count_dispatches`): the outermost aten operators of one training step on
-  the accelerator path (:func:`attention.graph_safe.accelerator_branches`, and a foreach AdamW, as
+  the accelerator path (:func:`attention.base.emulate_accelerator`, and a foreach AdamW, as
   on CUDA), at the protocol's batch; on CUDA also the runtime's kernel launches; compiled
   (``bench.compile``), also the kernels Inductor generated. At small sizes on a GPU a step costs what
   its operator calls cost (the H200 records fit 1.6 ms + 29 us per operator), so this says why a
@@ -358,7 +358,7 @@ def measure(spec: dict[str, Any]) -> dict[str, Any]:
             times.append(time.perf_counter() - t0)
         peak = meter.peak_mb() - meter.file_mb()
         try:   # a diagnostic: a profiler that fails must not cost the measurement
-            dispatches: dict[str, Any] = count_dispatches(counted(), device, spec["batch_size"])
+            dispatches: dict[str, Any] = count_dispatches(counted(), device, spec["batch_size"], model)
             if spec.get("compile"):
                 dispatches["compiled_kernels"] = _inductor_kernels() - kernels_before
         except Exception as e:
@@ -388,27 +388,31 @@ def _inductor_kernels() -> int:
     return int(getattr(metrics, "generated_kernel_count", 0)) if metrics is not None else 0
 
 
-COUNTED = ("outermost aten operators of one training step on the accelerator path (accelerator_branches, "
+COUNTED = ("outermost aten operators of one training step on the accelerator path (emulate_accelerator, "
            "foreach AdamW), batch {batch}, after one warm-up step of the same kind")
 
 
-def count_dispatches(step: Step, device: torch.device, batch: int) -> dict[str, Any]:
+def count_dispatches(step: Step, device: torch.device, batch: int, model: torch.nn.Module) -> dict[str, Any]:
     """What one step launches on a GPU, counted on any device: the aten operators called by no other
     aten operator (each one dispatch from Python or the autograd engine; views count, though they
-    launch nothing), under :func:`attention.graph_safe.accelerator_branches` so a CPU-only shortcut
-    is not taken. ``step`` runs twice: once to create the optimiser's state, once profiled. On CUDA
-    also ``kernel_launches``, the runtime's launch calls."""
+    launch nothing), with ``model``'s mixers on their accelerator choices
+    (:func:`attention.base.emulate_accelerator`, undone afterwards) so a CPU-only split is not taken.
+    ``step`` runs twice: once to create the optimiser's state, once profiled. On CUDA also
+    ``kernel_launches``, the runtime's launch calls."""
     from torch.profiler import ProfilerActivity, profile
 
-    from attention.graph_safe import accelerator_branches
+    from attention.base import emulate_accelerator
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with accelerator_branches():
+    emulate_accelerator(model)
+    try:
         step()
         _sync(device)
         with profile(activities=activities) as prof:
             step()
             _sync(device)
+    finally:
+        emulate_accelerator(model, on=False)
     events = prof.events()
     counts: dict[str, Any] = {"outermost_aten_ops": sum(1 for e in events if e.name.startswith("aten::") and not _under_aten(e)),
                               "counted": COUNTED.format(batch=batch)}

@@ -3,7 +3,6 @@ count per variant, the accelerator path's (foreach AdamW, no CPU-only shortcut),
 linear attention's."""
 from __future__ import annotations
 
-from attention import graph_safe
 from lra.bench import dispatches
 from lra.bench.harness import build_step, count_dispatches
 
@@ -22,21 +21,20 @@ def test_a_count_is_the_same_every_time_and_tells_variants_apart():
     assert "foreach AdamW" in one["counted"] and "batch 2," in one["counted"]
 
 
-def test_the_count_takes_the_accelerator_path(monkeypatch):
-    """Counted with the accelerator branches on and a foreach AdamW: the per-parameter loop CPU's
-    default AdamW runs would count one update per parameter."""
-    seen = []
-    real = graph_safe.accelerator_branches
+def test_the_count_takes_the_accelerator_path():
+    """Counted on the mixers' accelerator choices (undone afterwards) and with a foreach AdamW: the
+    per-parameter loop CPU's default AdamW runs would count one update per parameter."""
+    from attention.base import Mixer
 
-    def spy():
-        seen.append(True)
-        return real()
-    monkeypatch.setattr(graph_safe, "accelerator_branches", spy)
     spec = tiny("linear")
     step, model, counted = build_step(spec, torch.device("cpu"))
-    foreach = count_dispatches(counted(), torch.device("cpu"), 2)["outermost_aten_ops"]
-    looped = count_dispatches(step, torch.device("cpu"), 2)["outermost_aten_ops"]
-    assert seen and looped > foreach + len(list(model.parameters()))
+    seen = []
+    mixer = next(m for m in model.modules() if isinstance(m, Mixer))
+    mixer.register_forward_pre_hook(lambda m, args: seen.append(m.on_cpu))
+    foreach = count_dispatches(counted(), torch.device("cpu"), 2, model)["outermost_aten_ops"]
+    looped = count_dispatches(step, torch.device("cpu"), 2, model)["outermost_aten_ops"]
+    assert seen and not any(seen) and mixer.on_cpu
+    assert looped > foreach + len(list(model.parameters()))
 
 
 def test_the_table_puts_each_count_beside_linear_and_its_target():
