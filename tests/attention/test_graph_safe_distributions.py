@@ -167,7 +167,7 @@ def test_adamra_random_router_head_choice_uniform(mode: str, report) -> None:
 def test_bigbird_random_blocks_per_row_uniform_over_the_candidates(mode: str, report) -> None:
     """Row a of a sample whose last block is L reads r random blocks, an r-subset uniform over
     its candidates (neither in its window nor 0 nor >= L), in the plan graph-safe mode builds per
-    sample (``_tables`` over the padded length) and in the eager plan of its length (``_table``).
+    sample (``_tables`` over the padded length) and in the plan of its length alone.
     Heads are independent plans; rows of one head draw independent priorities."""
     seeded(3)
     nb_max, heads = 12, 2000
@@ -179,7 +179,7 @@ def test_bigbird_random_blocks_per_row_uniform_over_the_candidates(mode: str, re
         idx, valid = mixer._tables(nb_max, torch.tensor(lasts))            # [B, H, nb_max - 1, S]
         plans = [(idx[i, :, :, skip:], valid[i, :, :, skip:]) for i in range(len(lasts))]
     else:
-        plans = [tuple(t[:, :, skip:] for t in mixer._table(last + 1)) for last in lasts]
+        plans = [tuple(t[:, :, skip:] for t in mixer._tables(last + 1, torch.tensor(last))) for last in lasts]
     worst = 1.0
     for last, (ridx, rvalid) in zip(lasts, plans):
         rows = range(1, last)                                              # middle rows of this sample
