@@ -266,7 +266,7 @@ MUTANTS = [
            "length check off by one: a batch of exactly max_len tokens refused",
            (GRID.format("synthesizer_dense"), GRID.format("synthesizer_random"))),
     Mutant("baselines-synthesizer-guard-ignores-batch", "attention/synthesizer.py",
-           "copies * b * h * n * n * v.element_size()", "copies * h * n * n * v.element_size()",
+           "copies * b * h * n * n * itemsize", "copies * h * n * n * itemsize",
            "memory guard sized for one example: a large batch runs out of memory instead of a clear error",
            (SYNTH_GUARD + "test_synthesizer_refuses_a_batch_before_forming_its_weights",)),
     Mutant("baselines-synthesizer-guard-no-gradients", "attention/synthesizer.py",
