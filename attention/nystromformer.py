@@ -32,6 +32,23 @@ Choices the paper leaves open, written down:
   well), so padded tokens contribute nothing to it; its output at padded positions is zeroed.
 * Scaling 1/sqrt(d) on every logit matrix, as in softmax attention. A sample with no real token
   gives zeros.
+
+Execution: one path, static shapes, no host read (compiles with ``fullgraph=True``, no break).
+Cost O(N m d + m^3 * pinv_iterations) per head. The pseudo-inverse runs on the ``B H`` matrices
+folded into one batch, five batched GEMM operators a step (:func:`iterative_pinv`), bit-identical
+to the 4-D form it replaced; the skip convolution's Toeplitz taps are made at construction.
+The hand-written :class:`_BandedConv` stays: against the same blocks and GEMMs in plain autograd
+ops it takes 0.77x the time at N 1024 and 0.60x at 4096 (forward + backward, B 4, H 2, d 64,
+33 taps, one CPU thread, 5 interleaved rounds; oneDNN's depthwise ``conv1d`` 2.65x and 2.40x),
+the same peak memory. Dispatch target not met: eager operators of a training step (``python -m
+lra.bench --protocol dispatches --variants linear,nystromformer --lengths 1024``, batch 16) went
+from 3.31x linear to 2.9x (see the commit note), not the 1.5x asked. One mixer's forward and
+backward dispatches ~500 operators against linear attention's ~70: three softmax kernels, the
+landmark means (segment index, counts, two index_adds) and the convolution each cost as many
+operators as linear attention's whole mixer, and the six pseudo-inverse steps ~150 (30 GEMMs
+forward, their backward two GEMMs and two transposes each). Reaching 1.5x would need the
+pseudo-inverse's backward written by hand (the iteration's exact derivative, not the inverse's
+``-Z dA Z``, which is another gradient): left open.
 """
 from __future__ import annotations
 

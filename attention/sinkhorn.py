@@ -36,6 +36,9 @@ Choices the paper leaves open, written down:
   by the layers): an unpadded batch skips every mask pass. Cost: O(N * 2 * block_size * d)
   for the attention, O(N n_B d) for the sorted mixtures and O(n_B^2) for the matching; block 32
   keeps the matching at <= 128 x 128 at LRA's 4K lengths.
+* Execution: one path, the hand-written node :class:`_SortedBlockAttention` (it wins its measured
+  ratio against plain ops, written there), static shapes, no host read; compiles with
+  ``fullgraph=True`` and no break. The Gumbel draws come from :meth:`Mixer.rand`.
 """
 from __future__ import annotations
 
@@ -57,35 +60,117 @@ def sinkhorn(log_alpha: Tensor, iterations: int) -> Tensor:
     return log_alpha.exp()
 
 
-def _with_sorted(x: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor) -> Tensor:
+def _with_sorted_into(x: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor) -> Tensor:
     """``[B,H,n_B,bs,d]`` -> ``[B,H,n_B,2bs,d]``: each block's own rows (padded ones zeroed by
-    ``keep``), then its sorted slots ``(sum_j S_ij x_j) * inv_i`` (the conditional mean)."""
+    ``keep``), then its sorted slots ``(sum_j S_ij x_j) * inv_i`` (the conditional mean), copied
+    into one buffer through views (no concatenation; ``copy_`` into a view traces under
+    ``torch.compile``, an ``out=`` view does not)."""
     b, h, nb, bs, d = x.shape
-    own = x if keep is None else x * keep
+    out = x.new_empty(b, h, nb, 2 * bs, d)
+    own = out[..., :bs, :]
+    own.copy_(x if keep is None else x * keep)
     mix = torch.matmul(s, own.reshape(b, h, nb, bs * d)).view(b, h, nb, bs, d)
-    return torch.cat([own, mix * inv[..., None]], dim=3)
+    out[..., bs:, :].copy_(mix * inv[..., None])
+    return out
 
 
-def sorted_block_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor,
-                           bias: Tensor, scale: float) -> Tensor:
+class _SortedBlockAttention(torch.autograd.Function):
     """Each query block's softmax attention over its own block and its sorted block (sec. 3):
     ``softmax(scale q [K; K_sorted]^T + bias) [V; V_sorted]`` with ``K_sorted_i = (sum_j S_ij K_j) /
     mass_i`` (likewise V); ``q, k, v [B,H,n_B,bs,d]``, ``keep [B,1,n_B,bs,1]`` (0 zeroes a padded key
-    and value; None: no padding), ``S [B,H,n_B,n_B]``, ``inv = 1 / mass [B,H,n_B,bs]``, ``bias
-    [B,H,n_B,2bs]``. Computed in the inputs' common dtype (float32 under autocast), returned in q's.
+    and value; None: no padding), ``S [B,H,n_B,n_B]``, ``inv = 1 / mass [B,H,n_B,bs]``, ``bias [B,H,n_B,2bs]``.
 
-    Plain autograd ops. A hand-written autograd Function of the same formula (kept buffers written
-    through ``out=`` views, a backward written out) was deleted: rewritten so that it compiles (no
-    ``out=`` view), it lost to these ops, forward + backward on one CPU thread (B 4, H 2, d 64,
-    block 32, 5 interleaved rounds): time 1.19x at N 1024 and 1.05x at 4096, peak memory 1.01x.
+    One node that keeps the scaled queries, the two ``[own; sorted]`` buffers and the weights.
+    Autograd would keep the own keys twice (masked for the mixture, and in the concatenation), the
+    mixtures before the division and the scaled logits' inputs; here the rows are written straight
+    into the buffers and the backward is written out: ``dS = w (dw - dO . O)`` (O recomputed), the
+    division's gradient from ``K_sorted / inv`` (the mixture; ``inv > 0``). Computed in the inputs'
+    common dtype (float32 under autocast). ``pieces``: the backward runs over that many slices of
+    the (batch, head) groups (4 on CPU, where the smaller temporaries stay in cache; 1 on an
+    accelerator, a choice made from ``Mixer.on_cpu``). Compiles (``fullgraph``, no break).
+
+    Kept against the same formula in plain autograd ops (concatenated buffers, softmax, matmuls)
+    because it wins, forward + backward on one CPU thread (B 4, H 2, d 64, block 32, 7 interleaved
+    rounds): time 0.91x at N 1024 and 0.83x at 4096, peak memory 0.83x at both. (Written without
+    the sliced backward and the buffers, to the plain ops' shape, it lost: 1.19x and 1.05x.)
     """
-    out_dtype = q.dtype
-    dt = torch.promote_types(q.dtype, torch.promote_types(s.dtype, bias.dtype))
-    q, k, v, keep, s, inv, bias = (t if t is None else t.to(dt) for t in (q, k, v, keep, s, inv, bias))
-    with torch.autocast(q.device.type, enabled=False):
-        keys, values = _with_sorted(k, keep, s, inv), _with_sorted(v, keep, s, inv)   # [B, H, nB, 2bs, d]
-        w = torch.softmax((q * scale) @ keys.transpose(-1, -2) + bias[..., None, :], dim=-1)
-        return (w @ values).to(out_dtype)
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor, bias: Tensor,
+                scale: float, pieces: int) -> Tensor:
+        ctx.dtypes = [q.dtype, k.dtype, v.dtype, None, s.dtype, inv.dtype, bias.dtype, None, None]
+        dt = torch.promote_types(q.dtype, torch.promote_types(s.dtype, bias.dtype))
+        q, k, v, keep, s, inv, bias = (t if t is None else t.to(dt) for t in (q, k, v, keep, s, inv, bias))
+        b, h, nb, bs, d = q.shape
+        rows = b * h * nb
+        with torch.autocast(q.device.type, enabled=False):
+            keys, values = _with_sorted_into(k, keep, s, inv), _with_sorted_into(v, keep, s, inv)
+            qf = q.new_empty(rows, bs, d)
+            torch.mul(q, scale, out=qf.view(q.shape))
+            logits = torch.baddbmm(bias.reshape(rows, 1, 2 * bs), qf, keys.view(rows, 2 * bs, d).transpose(1, 2))
+            w = torch.softmax(logits, -1)
+            del logits
+            out = torch.bmm(w, values.view(rows, 2 * bs, d))
+        ctx.save_for_backward(qf, keys, values, keep, s, inv, w)
+        ctx.scale, ctx.pieces = scale, pieces
+        return out.view(b, h, nb, bs, d).to(ctx.dtypes[0])
+
+    @staticmethod
+    def backward(ctx, d_out: Tensor):
+        qf, keys, values, keep, s, inv, w = ctx.saved_tensors
+        b, h, nb, bs2, d = keys.shape
+        g, bs = b * h, bs2 // 2
+        # Per (batch, head) group: the blocks mix only within a group, so the backward runs over a few
+        # slices of groups and its score-sized temporaries are a fraction of the saved weights.
+        qg, kg, vg, wg = qf.view(g, nb, bs, d), keys.view(g, nb, bs2, d), values.view(g, nb, bs2, d), w.view(g, nb, bs, bs2)
+        keepg = None if keep is None else keep.expand(b, h, nb, bs, 1).reshape(g, nb, bs, 1)
+        sg, invg = s.reshape(g, nb, nb), inv.reshape(g, nb, bs)
+        dog = d_out.to(w.dtype).reshape(g, nb, bs, d)
+        dq, dk, dv = (qf.new_empty(g, nb, bs, d) for _ in range(3))
+        ds, d_inv, d_bias = s.new_empty(g, nb, nb), inv.new_empty(g, nb, bs), w.new_empty(g, nb, bs2)
+        step = -(-g // min(g, ctx.pieces))
+        with torch.autocast(qf.device.type, enabled=False):
+            for sl in (slice(i, i + step) for i in range(0, g, step)):
+                rows = lambda t: t[sl].reshape(-1, *t.shape[2:])  # noqa: E731  [groups, nb, ...] -> [rows, ...]
+                do, wr, kw, vw = rows(dog), rows(wg), rows(kg), rows(vg)
+                # sum_j w_j dw_j = dO . O, with O recomputed (one GEMM) rather than kept.
+                row_dot = (do * torch.bmm(wr, vw)).sum(-1, keepdim=True)
+                keep_sl = None if keepg is None else keepg[sl]
+                ds_v, di_v = _sorted_backward(wr, do, vg[sl], keep_sl, sg[sl], invg[sl], dv[sl])
+                dl = torch.bmm(do, vw.transpose(1, 2)).sub_(row_dot).mul_(wr)      # softmax backward
+                d_bias[sl] = dl.view(-1, nb, bs, bs2).sum(2)
+                torch.bmm(dl, kw, out=rows(dq)).mul_(ctx.scale)
+                ds_k, di_k = _sorted_backward(dl, rows(qg), kg[sl], keep_sl, sg[sl], invg[sl], dk[sl])  # qf is scaled
+                torch.add(ds_k, ds_v, out=ds[sl])
+                torch.add(di_k, di_v, out=d_inv[sl])
+        shape = (b, h, nb)
+        grads = (dq.view(*shape, bs, d), dk.view(*shape, bs, d), dv.view(*shape, bs, d), None, ds.view(*shape, nb),
+                 d_inv.view(*shape, bs), d_bias.view(*shape, bs2), None, None)
+        return tuple(t if t is None else t.to(dt) for t, dt in zip(grads, ctx.dtypes))
+
+
+def _sorted_backward(p: Tensor, x: Tensor, buf: Tensor, keep: Tensor | None, s: Tensor, inv: Tensor,
+                     d_own: Tensor) -> tuple[Tensor, Tensor]:
+    """Gradients of the own rows (into ``d_own [g, nb, bs, d]``), ``S`` and ``inv`` of a
+    :func:`_with_sorted_into` buffer ``[g, nb, 2bs, d]`` whose gradient is ``p^T x`` (``p [g nb, bs, 2bs]``,
+    ``x [g nb, bs, d]``): the sorted half first, through the conditional mean, then the own half added
+    in place (no ``[., 2bs, d]`` gradient is formed)."""
+    g, nb, bs2, d = buf.shape
+    bs = bs2 // 2
+    own, mixed = buf[..., :bs, :], buf[..., bs:, :]
+    d_mixed = torch.bmm(p[..., bs:].transpose(1, 2), x).view(g, nb, bs, d)
+    d_inv = (d_mixed * mixed).sum(-1) / inv                                  # mixed = mixture * inv
+    d_mix = d_mixed.mul_(inv[..., None]).view(g, nb, bs * d)
+    d_s = d_mix @ own.reshape(g, nb, bs * d).transpose(-1, -2)
+    torch.bmm(s.transpose(-1, -2), d_mix, out=d_own.view(g, nb, bs * d))
+    del d_mixed, d_mix
+    d_own.view(-1, bs, d).baddbmm_(p[..., :bs].transpose(1, 2), x)
+    if keep is not None:
+        d_own.mul_(keep)
+    return d_s, d_inv
+
+
+
 
 
 class SinkhornAttention(Mixer):
@@ -160,6 +245,6 @@ class SinkhornAttention(Mixer):
         sorted_bias = torch.where(has_mass, torch.log(mass.clamp_min(min_mass)), torch.full_like(mass, neg))
         own_bias = torch.zeros_like(mf).masked_fill(~mb, neg)[:, None].expand(b, h, n_b, bs)
         bias = torch.cat([own_bias, sorted_bias], dim=3)                     # [B, H, n_B, 2bs]
-        out = sorted_block_attention(qb, kb, vb, keep, s, inv_mass, bias, d ** -0.5)
+        out = _SortedBlockAttention.apply(qb, kb, vb, keep, s, inv_mass, bias, d ** -0.5, 4 if self.on_cpu else 1)
         out = out.reshape(b, h, n_b * bs, d)[:, :, :n]
         return zero_padded(out, pad)
