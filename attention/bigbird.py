@@ -42,7 +42,9 @@ Choices the paper leaves open (and the fixes of known port defects), written dow
   the last block is also computed by the block kernel and replaced (one block row of waste, for
   static shapes). On CPU the block kernel runs in pieces of bounded size (``self.on_cpu``,
   :data:`attention.blocks.SCORE_PIECE`); on an accelerator in one pass, so the operators a step
-  dispatches do not grow with N.
+  dispatches do not grow with N: 826 at N 1024 and at 4096 (1.73x linear attention's 478; the
+  ragged groups and the split took 1116 and 2532; ``lra.bench --protocol dispatches``, batch 16,
+  mixers on their accelerator choices).
 """
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ ops it takes 0.77x the time at N 1024 and 0.60x at 4096 (forward + backward, B 4
 33 taps, one CPU thread, 5 interleaved rounds; oneDNN's depthwise ``conv1d`` 2.65x and 2.40x),
 the same peak memory. Dispatch target not met: eager operators of a training step (``python -m
 lra.bench --protocol dispatches --variants linear,nystromformer --lengths 1024``, batch 16) went
-from 3.31x linear to 2.9x (see the commit note), not the 1.5x asked. One mixer's forward and
+from 1590 (3.31x linear) to 1338 (2.80x), not the 1.5x asked. One mixer's forward and
 backward dispatches ~500 operators against linear attention's ~70: three softmax kernels, the
 landmark means (segment index, counts, two index_adds) and the convolution each cost as many
 operators as linear attention's whole mixer, and the six pseudo-inverse steps ~150 (30 GEMMs
