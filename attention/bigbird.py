@@ -26,45 +26,38 @@ Choices the paper leaves open (and the fixes of known port defects), written dow
   ``nb`` = the number of blocks up to its last real token, the global blocks are 0 and ``nb - 1``
   and the random blocks are drawn among its ``nb`` blocks, so a sequence gives the same output
   whatever padding the batch adds (the plan of the padded length would make a padding block
-  global and move the random blocks). Samples are processed in groups of equal ``nb`` (one pass
-  when the batch has no padding). Host syncs: none for a batch without padding (decided once per
-  batch, ``Padding.any``); for a padded batch one ``.tolist()`` of the ``B`` plan lengths per
-  layer, which the ragged plans need (the groups are slices of one sort). No tensor is built
-  from host data (the global slots come from ``arange``). Graph-safe mode (``torch.compile``)
-  reads nothing: each sample's plan is built on the device from its own ``nb`` (a tensor), as one
-  table ``[B, H, nb_max - 1, 2 + window + r]`` over every query block after the first, with the
-  random slots drawn among all ``nb_max`` blocks with those past the sample's end excluded (the
-  same blocks as the eager plan of ``nb``: priorities are distinct integers); each sample's last
-  block is its global row, blocks past it are padding (zeroed). Static shapes; the batch is folded
-  into the heads so the eager block kernel serves it. Lengths that do not divide the block
-  size are padded inside (masked keys) and cut back; padding is masked everywhere, including
-  inside global and random blocks; a sample with no real token gives zeros.
+  global and move the random blocks). One path for every batch, padded or not, in static shapes
+  and with no host sync: each sample's plan is built on the device from its own ``nb`` (a
+  tensor), as one table ``[B, H, nb - 1, 2 + window + r]`` (``nb``: the batch's blocks) over every
+  query block after the first, with the random slots drawn among all ``nb`` blocks with those past the sample's end
+  excluded (the same blocks as the plan of a batch of that length alone: priorities are distinct
+  integers); each sample's last block is its global row (its dense row replaces the table's row),
+  blocks past it are padding (zeroed). The batch is folded into the heads, so one block kernel
+  serves every plan. The whole batch has one branch on a Python int: ``nb <= 2`` (all global).
+  Lengths that do not divide the block size are padded inside (masked keys) and cut back;
+  padding is masked everywhere, including inside global and random blocks; a sample with no
+  real token gives zeros.
 * Block-wise implementation: a gather of ``3 + 2 + r`` key blocks per query block
-  (``O(N * (5 + r) * block_size)``) plus dense rows for the two global query blocks.
+  (``O(N * (5 + r) * block_size)``) plus dense rows for the two global query blocks. The row of
+  the last block is also computed by the block kernel and replaced (one block row of waste, for
+  static shapes). On CPU the block kernel runs in pieces of bounded size (``self.on_cpu``,
+  :data:`attention.blocks.SCORE_PIECE`); on an accelerator in one pass, so the operators a step
+  dispatches do not grow with N: 826 at N 1024 and at 4096 (1.73x linear attention's 478; the
+  ragged groups and the split took 1116 and 2532; ``lra.bench --protocol dispatches``, batch 16,
+  mixers on their accelerator choices).
 """
 from __future__ import annotations
 
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from attention.base import Mixer
-from attention.blocks import block_sparse_attention, dense_rows, from_blocks, mask_blocks, slot_allow, to_blocks
-from attention.graph_safe import graph_safe_active
+from attention.blocks import block_sparse_attention, dense_rows, from_blocks, mask_blocks, to_blocks
 from attention.masking import zero_padded
 from attention.padding import Padding
 from attention.spec import Grid, Knob, Range, Spec, cap, int_range
-
-
-def plan_lengths(mask: Tensor, bs: int) -> tuple[Tensor, list[int]]:
-    """Samples ordered by plan length ``[B]``, and the lengths in that order (a host read): a
-    sample's plan has the blocks up to its last real token (0 for an empty sample)."""
-    pos = torch.arange(1, mask.shape[1] + 1, device=mask.device)
-    real_blocks = torch.div((pos * mask).amax(dim=-1) + bs - 1, bs, rounding_mode="floor")
-    order = torch.argsort(real_blocks, stable=True)
-    return order, real_blocks.index_select(0, order).tolist()
 
 
 class BigBirdAttention(Mixer):
@@ -124,40 +117,9 @@ class BigBirdAttention(Mixer):
         val, idx = pri.topk(min(self.num_random_blocks, nb), dim=-1)
         return idx, val >= 0
 
-    def _table(self, nb: int) -> tuple[Tensor, Tensor]:
-        """Key blocks of the middle query blocks 1..nb-2 of the one plan of ``nb`` blocks (``[H,
-        nb - 2, 2 + window + r]``): :meth:`_tables` for one sample whose last block is ``nb - 1``,
-        without the row of that (global) block."""
-        idx, valid = self._tables(nb, torch.full((), nb - 1, device=self.rand_priority.device))
-        return idx[:, :-1], valid[:, :-1]
-
     def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
-        mask = pad.mask
-        n, bs = q.shape[2], self.block_size
-        if not pad.any:                                        # one plan for the whole batch
-            return self._attend(q, k, v, pad)
-        if graph_safe_active():
-            return self._attend_per_sample(q, k, v, pad)
-        order, sizes = plan_lengths(mask, bs)
-        if sizes[0] == sizes[-1] == math.ceil(n / bs):
-            return self._attend(q, k, v, pad)
-        out = None    # in the dtype of the attention (under autocast it need not be v's)
-        start = 0
-        for stop in range(1, len(sizes) + 1):
-            if stop < len(sizes) and sizes[stop] == sizes[start]:
-                continue
-            nb, rows, start = sizes[start], order[start:stop], stop
-            if nb == 0:
-                continue
-            cut = min(n, nb * bs)
-            part = self._attend(q[rows, :, :cut], k[rows, :, :cut], v[rows, :, :cut], Padding.of(mask[rows, :cut], True))
-            out = part.new_zeros(v.shape) if out is None else out
-            out = out.index_copy(0, rows, F.pad(part, (0, 0, 0, n - cut)))
-        return torch.zeros_like(v) if out is None else out
-
-    def _attend(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding) -> Tensor:
-        """The BigBird pattern of the (cut) length of ``q``: every sample's last block is its last
-        real one."""
+        """Every sample's own plan (its ``nb`` blocks up to its last real token) in static shapes,
+        with no host read: the batch's samples are folded into the heads of one block kernel."""
         mask = pad.mask
         n, bs = q.shape[2], self.block_size
         qs = q * (1.0 / math.sqrt(q.shape[-1]))
@@ -166,43 +128,23 @@ class BigBirdAttention(Mixer):
         kf, vf, mf = kb.view(b, h, nb * bs, d), vb.view(b, h, nb * bs, d), mb.view(b, nb * bs)
         if nb <= 2:                                                      # all blocks global: exact softmax
             return zero_padded(dense_rows(qs, kf, vf, mf)[:, :, :n], pad)
-        idx, valid = self._table(nb)
-        mid = block_sparse_attention(qb[:, :, 1:nb - 1], kb, vb, mb, idx, slot_allow(valid, bs))
-        first = dense_rows(qb[:, :, 0], kf, vf, mf)
-        last = dense_rows(qb[:, :, nb - 1], kf, vf, mf)
-        out = torch.cat([first.unsqueeze(2), mid, last.unsqueeze(2)], dim=2)
-        return zero_padded(from_blocks(out, n), pad)
-
-    def _attend_per_sample(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding) -> Tensor:
-        """Graph-safe: every sample's own plan (its ``nb`` blocks up to its last real token) in
-        static shapes, no host read. Equals the eager grouping by plan length."""
-        mask = pad.mask
-        n, bs = q.shape[2], self.block_size
-        qs = q * (1.0 / math.sqrt(q.shape[-1]))
-        qb, kb, vb, mb = to_blocks(qs, bs), to_blocks(k, bs), to_blocks(v, bs), mask_blocks(mask, bs)
-        b, h, nb, _, d = qb.shape
         dev = q.device
         pos = torch.arange(1, n + 1, device=dev)
         last = torch.div((pos * mask).amax(dim=-1) + bs - 1, bs, rounding_mode="floor").sub(1).clamp_min(0)  # [B]
-        blocks = torch.arange(nb, device=dev)
-        kf, vf, mf = kb.view(b, h, nb * bs, d), vb.view(b, h, nb * bs, d), mb.view(b, nb * bs)
         first = dense_rows(qb[:, :, 0], kf, vf, mf)                                      # [B, H, bs, D]
-        rows = torch.arange(b, device=dev)
-        final = dense_rows(qb[rows, :, last], kf, vf, mf)                                # each sample's last block
-        out = first.unsqueeze(2).expand(b, h, nb, bs, d)
-        if nb > 1:
-            idx, valid = self._tables(nb, last)                                          # [B, H, nb-1, S]
-            s_ = idx.shape[-1]
-            flat = (idx + nb * torch.arange(b, device=dev)[:, None, None, None]).reshape(-1)
-            keys = mb.reshape(b * nb, bs).index_select(0, flat).view(b, h, nb - 1, s_ * bs)
-            allow = keys & valid.repeat_interleave(bs, dim=-1)
-            # samples folded into the heads: per-head tables are what the block kernel takes
-            mid = block_sparse_attention(
-                qb[:, :, 1:].reshape(1, b * h, nb - 1, bs, d), kb.reshape(1, b * h, nb, bs, d),
-                vb.reshape(1, b * h, nb, bs, d), mb.new_ones(1, nb, bs), idx.reshape(b * h, nb - 1, s_),
-                allow.reshape(1, b * h, nb - 1, 1, s_ * bs)).view(b, h, nb - 1, bs, d)
-            out = torch.cat([first.unsqueeze(2), mid], dim=2)
-        is_last = (blocks[None, :] == last[:, None])[:, None, :, None, None]             # [B, 1, nb, 1, 1]
+        final = dense_rows(qb[torch.arange(b, device=dev), :, last], kf, vf, mf)         # each sample's last block
+        idx, valid = self._tables(nb, last)                                              # [B, H, nb-1, S]
+        s_ = idx.shape[-1]
+        flat = (idx + nb * torch.arange(b, device=dev)[:, None, None, None]).reshape(-1)
+        keys = mb.reshape(b * nb, bs).index_select(0, flat).view(b, h, nb - 1, s_ * bs)
+        allow = keys & valid.repeat_interleave(bs, dim=-1)
+        # samples folded into the heads: per-head tables are what the block kernel takes
+        mid = block_sparse_attention(
+            qb[:, :, 1:].reshape(1, b * h, nb - 1, bs, d), kb.reshape(1, b * h, nb, bs, d),
+            vb.reshape(1, b * h, nb, bs, d), mb.new_ones(1, nb, bs), idx.reshape(b * h, nb - 1, s_),
+            allow.reshape(1, b * h, nb - 1, 1, s_ * bs), split=self.on_cpu).view(b, h, nb - 1, bs, d)
+        out = torch.cat([first.unsqueeze(2), mid], dim=2)
+        is_last = (torch.arange(nb, device=dev)[None, :] == last[:, None])[:, None, :, None, None]   # [B, 1, nb, 1, 1]
         out = torch.where(is_last, final.unsqueeze(2), out)
         return zero_padded(from_blocks(out, n), pad)
 
@@ -210,8 +152,8 @@ class BigBirdAttention(Mixer):
         """Key blocks of query blocks ``1..nb-1`` among ``nb`` blocks whose last real one is ``last``
         (0-dim: one plan; ``[B]``: one per sample): global (first, ``last``), window, random
         (``[(B,) H, nb - 1, 2 + window + r]`` and their validity). A window slot on a global block is
-        invalid (that block comes via its global slot). Graph-safe mode takes every sample's table;
-        the eager plan of one length (:meth:`_table`) is the one-sample case."""
+        invalid (that block comes via its global slot). The forward takes every sample's table
+        (``last [B]``); a 0-dim ``last`` gives the plan of one length."""
         dev, h = last.device, self.rand_priority.shape[0]
         w = self.window_blocks // 2
         a = torch.arange(1, nb, device=dev)[:, None]                                      # query blocks

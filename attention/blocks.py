@@ -99,10 +99,11 @@ def joint_softmax(scores: list[Tensor], allowed: list[Tensor]) -> list[Tensor]:
     return list(torch.softmax(cat, dim=-1).split(sizes, dim=-1))
 
 
-# Score elements per piece of :func:`block_sparse_attention` (16 MB in fp32). Bounding the piece
-# keeps the working set and every allocation small; measured on CPU (batch 8, 4K tokens, BigBird),
-# one unbounded pass was 1.6x slower than four quarter-size passes (allocations above glibc's mmap
-# threshold are page-faulted afresh on every step), which made the cost grow faster than N.
+# Score elements per piece of :func:`block_sparse_attention` on CPU (16 MB in fp32). Bounding the
+# piece keeps the working set and every allocation small; measured on CPU (batch 8, 4K tokens,
+# BigBird), one unbounded pass was 1.6x slower than four quarter-size passes (allocations above
+# glibc's mmap threshold are page-faulted afresh on every step), which made the cost grow faster
+# than N. A GPU's caching allocator has no such cost: there the split only adds dispatches.
 SCORE_PIECE = 1 << 22
 
 
@@ -114,6 +115,7 @@ def block_sparse_attention(
     idx: Tensor,
     allow: Tensor,
     extra: tuple[Tensor, Tensor, Tensor] | None = None,
+    split: bool = False,
 ) -> Tensor:
     """Attention of query blocks over the key blocks listed in ``idx`` (plus optional shared keys).
 
@@ -124,11 +126,12 @@ def block_sparse_attention(
     keys every query block may read (global tokens), ``allow_e`` broadcastable to
     ``[B, H, 1, bs, E]``; they share the softmax. Returns ``[B, H, nq, bs, D]``.
 
-    Query blocks are processed in pieces of at most :data:`SCORE_PIECE` logits (a loop over memory
-    pieces, not tokens).
+    With ``split`` (a CPU choice: callers pass their ``on_cpu``, made at construction) query blocks
+    are processed in pieces of at most :data:`SCORE_PIECE` logits, a loop whose length grows with
+    the batch and N; without it (an accelerator) one pass, so the dispatch count is flat in N.
     """
     b, h, nq, bs, _ = q_blk.shape
-    step = max(1, SCORE_PIECE // (b * h * bs * idx.shape[-1] * bs))
+    step = max(1, SCORE_PIECE // (b * h * bs * idx.shape[-1] * bs)) if split else nq
     if step >= nq:
         return _block_piece(q_blk, k_blk, v_blk, mask_blk, idx, allow, extra)
 

@@ -83,7 +83,7 @@ class LongformerAttention(Mixer):
         band = ((pos[:, :, None] - kpos).abs() <= half) & (kpos > 0)     # token 0 comes via the global column
         allow = band & slot_allow(valid, bs)
         glob = (k[:, :, :1], v[:, :, :1], mask[:, None, None, None, :1])
-        out = from_blocks(block_sparse_attention(qb, kb, vb, mb, idx, allow, extra=glob), n)
+        out = from_blocks(block_sparse_attention(qb, kb, vb, mb, idx, allow, extra=glob, split=self.on_cpu), n)
         out0 = dense_rows(qs[:, :, :1], k, v, mask)                      # the global query row
         out = torch.cat([out0, out[:, :, 1:]], dim=2)
         return zero_padded(out, pad)

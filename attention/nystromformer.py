@@ -32,15 +32,30 @@ Choices the paper leaves open, written down:
   well), so padded tokens contribute nothing to it; its output at padded positions is zeroed.
 * Scaling 1/sqrt(d) on every logit matrix, as in softmax attention. A sample with no real token
   gives zeros.
+
+Execution: one path, static shapes, no host read (compiles with ``fullgraph=True``, no break).
+Cost O(N m d + m^3 * pinv_iterations) per head. The pseudo-inverse runs on the ``B H`` matrices
+folded into one batch, five batched GEMM operators a step (:func:`iterative_pinv`), bit-identical
+to the 4-D form it replaced; the skip convolution's Toeplitz taps are made at construction.
+The hand-written :class:`_BandedConv` stays: against the same blocks and GEMMs in plain autograd
+ops it takes 0.77x the time at N 1024 and 0.60x at 4096 (forward + backward, B 4, H 2, d 64,
+33 taps, one CPU thread, 5 interleaved rounds; oneDNN's depthwise ``conv1d`` 2.65x and 2.40x),
+the same peak memory. Dispatch target not met: eager operators of a training step (``python -m
+lra.bench --protocol dispatches --variants linear,nystromformer --lengths 1024``, batch 16) went
+from 1590 (3.31x linear) to 1338 (2.80x), not the 1.5x asked. One mixer's forward and
+backward dispatches ~500 operators against linear attention's ~70: three softmax kernels, the
+landmark means (segment index, counts, two index_adds) and the convolution each cost as many
+operators as linear attention's whole mixer, and the six pseudo-inverse steps ~150 (30 GEMMs
+forward, their backward two GEMMs and two transposes each). Reaching 1.5x would need the
+pseudo-inverse's backward written by hand (the iteration's exact derivative, not the inverse's
+``-Z dA Z``, which is another gradient): left open.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.graph_safe import fused_unless_graph_safe
 from attention.masking import neg_fill, zero_padded
 from attention.padding import Padding
 from attention.spec import Grid, Knob, Peer, Range, Spec, cap, int_range
@@ -48,15 +63,26 @@ from attention.spec import Grid, Knob, Peer, Range, Spec, cap, int_range
 
 def iterative_pinv(a: Tensor, iterations: int = 6) -> Tensor:
     """Moore-Penrose pseudo-inverse of ``a`` ``[..., m, m]`` by the paper's cubic iteration,
-    initialised per matrix (per sample and head), not by a max over the batch."""
-    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
+    initialised per matrix (per sample and head), not by a max over the batch.
+
+    The leading dims are folded into one batch of ``[m, m]`` matrices and each step is written
+    as batched GEMMs with the scaled identities folded into ``baddbmm``'s input (made once)::
+
+        AZ = A Z;  T = 15 I - AZ (7 I - AZ);  Z <- Z (3.25 I - 0.25 AZ T)
+
+    which is the paper's ``1/4 Z (13 I - AZ (15 I - AZ (7 I - AZ)))``: five operators a step."""
+    lead, m = a.shape[:-2], a.shape[-1]
+    a = a.reshape(-1, m, m)
+    eye = torch.eye(m, dtype=a.dtype, device=a.device)
+    eye_7, eye_15, eye_13 = 7 * eye, 15 * eye, 3.25 * eye
     norm_1 = a.abs().sum(dim=-2).amax(dim=-1)        # max column sum
     norm_inf = a.abs().sum(dim=-1).amax(dim=-1)      # max row sum
-    z = a.transpose(-1, -2) / (norm_1 * norm_inf)[..., None, None]
+    z = a.transpose(-1, -2) / (norm_1 * norm_inf)[:, None, None]
     for _ in range(iterations):
-        az = a @ z
-        z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
-    return z
+        az = torch.bmm(a, z)
+        t = torch.baddbmm(eye_15, az, eye_7 - az, alpha=-1)
+        z = torch.bmm(z, torch.baddbmm(eye_13, az, t, alpha=-0.25))
+    return z.view(*lead, m, m)
 
 
 def segment_index(mask: Tensor, m: int) -> Tensor:
@@ -94,46 +120,35 @@ def segment_sums(t: Tensor, seg: Tensor, m: int) -> Tensor:
 CONV_BLOCK = 16
 
 
-def conv_bands(weight: Tensor, block: int) -> Tensor:
-    """Per-head Toeplitz blocks ``[H, 3, L, L]`` of a kernel ``weight [H, K]`` (cross-correlation,
-    zero padded by K // 2): band ``s`` maps the input block ``s - 1`` places from an output block
-    (row: input position in its block, column: output position in its block)."""
-    kernel = weight.shape[-1]
-    src = torch.arange(block, device=weight.device)[:, None]
-    dst = torch.arange(block, device=weight.device)[None, :]
-    shift = torch.arange(-1, 2, device=weight.device)[:, None, None] * block
+def conv_taps(kernel: int) -> tuple[Tensor, Tensor]:
+    """Kernel taps of the per-head Toeplitz blocks of a zero-padded cross-correlation (by
+    ``kernel // 2``) on blocks of ``L = max(CONV_BLOCK, kernel // 2)``: ``taps [6, L, L]`` indices into
+    the kernel and ``inside [6, L, L]`` (0 where a tap falls off the kernel). Bands 0-2 map the input
+    block ``s - 1`` places from an output block (row: input position in its block, column: output
+    position in its block); bands 3-5 are the same with the kernel flipped (the adjoint, for the
+    backward). Made once, at construction: ``weight[:, taps] * inside`` gives all six bands."""
+    block = max(CONV_BLOCK, kernel // 2)
+    src = torch.arange(block)[:, None]
+    dst = torch.arange(block)[None, :]
+    shift = torch.arange(-1, 2)[:, None, None] * block
     tap = shift + src - dst + kernel // 2                                  # [3, L, L]
     inside = (tap >= 0) & (tap < kernel)
-    return weight[:, tap.clamp(0, kernel - 1)] * inside
+    tap = tap.clamp(0, kernel - 1)
+    return torch.cat([tap, kernel - 1 - tap]), torch.cat([inside, inside]).float()
 
 
-def _blocks_into(t: Tensor, scale: Tensor | None, block: int) -> Tensor:
+def _to_blocks(t: Tensor, scale: Tensor | None, block: int) -> Tensor:
     """``[B, H, N, D]`` -> ``[B, H, 1 + D * (nb + 1) + 1, L]``: each channel's sequence in blocks of
     L, every channel row followed by a zero block and the whole stream framed by zero blocks, so a
     block's neighbours across a row end read zeros (the convolution's zero padding). ``scale``
-    ``[B, 1, N, 1]`` multiplies the tokens on the way in. Written into a zeroed buffer through a
-    view (one pass over ``t``)."""
+    ``[B, 1, N, 1]`` multiplies the tokens on the way in. Copied into a zeroed buffer through a
+    view (``copy_`` into a view traces under ``torch.compile``; an ``out=`` view does not)."""
     b, h, n, d = t.shape
     nb = -(-n // block)
     buf = t.new_zeros(b, h, d * (nb + 1) + 2, block)
     body = buf[:, :, 1:-1].view(b, h, d, (nb + 1) * block)[..., :n]
-    if scale is None:
-        body.copy_(t.transpose(-1, -2))
-    else:
-        torch.mul(t.transpose(-1, -2), scale.transpose(-1, -2), out=body)
+    body.copy_(t.transpose(-1, -2) if scale is None else (t * scale).transpose(-1, -2))
     return buf
-
-
-def _blocks_by_padding(t: Tensor, scale: Tensor | None, block: int) -> Tensor:
-    """:func:`_blocks_into` by padding, which ``torch.compile`` traces (it cannot write ``out=`` views)."""
-    b, h, n, d = t.shape
-    nb = -(-n // block)
-    rows = t.transpose(-1, -2) if scale is None else t.transpose(-1, -2) * scale.transpose(-1, -2)
-    rows = F.pad(rows, (0, (nb + 1) * block - n)).reshape(b, h, d * (nb + 1), block)
-    return F.pad(rows, (0, 0, 1, 1))
-
-
-_to_blocks = fused_unless_graph_safe(_blocks_into, _blocks_by_padding)
 
 
 def _band_product(buf: Tensor, bands: Tensor, n: int, d: int) -> Tensor:
@@ -171,21 +186,20 @@ class _BandedConv(torch.autograd.Function):
         return grad_v, None, grad_bands, None
 
 
-def banded_depthwise_conv(v: Tensor, keep: Tensor, weight: Tensor) -> Tensor:
+def banded_depthwise_conv(v: Tensor, keep: Tensor, weight: Tensor, taps: Tensor, inside: Tensor) -> Tensor:
     """``y[b, h, n] = sum_t weight[h, t] (v * keep)[b, h, n + t - K // 2]`` (zero padded), with
     ``v [B, H, N, D]``, ``keep [B, 1, N, 1]``, ``weight [H, K]`` (one kernel per head, shared by its
-    channels). Returns ``[B, H, N, D]`` (a transposed view).
+    channels), ``taps, inside`` from :func:`conv_taps`. Returns ``[B, H, N, D]`` (a transposed view).
 
     Runs as three GEMMs with banded ``L x L`` Toeplitz blocks (input block before, same, after) on
     ``v`` laid out ``[B, H, D, N]`` in blocks of L, in place of a depthwise conv, which has no fast
     CPU kernel for this shape; the masking is fused into the copy to that layout."""
-    block = max(CONV_BLOCK, weight.shape[-1] // 2)
     device = v.device.type
     dtype = torch.get_autocast_dtype(device) if v.dtype == torch.float32 and torch.is_autocast_enabled(device) \
         else v.dtype                                                   # what a conv would run in under autocast
     with torch.autocast(device, enabled=False):                        # the backward runs without autocast
-        bands, flipped = conv_bands(weight.to(dtype), block), conv_bands(weight.detach().to(dtype).flip(-1), block)
-        return _BandedConv.apply(v.to(dtype), keep.to(dtype), bands, flipped)
+        bands = weight.to(dtype)[:, taps] * inside.to(dtype)          # [H, 6, L, L]: the kernel's, the flipped's
+        return _BandedConv.apply(v.to(dtype), keep.to(dtype), bands[:, :3], bands[:, 3:])
 
 
 class NystromAttention(Mixer):
@@ -231,10 +245,13 @@ class NystromAttention(Mixer):
                                  "or null for no convolution")
             bound = conv_kernel ** -0.5   # nn.Conv default init (fan-in = kernel size)
             self.conv_weight = nn.Parameter(torch.empty(n_heads, conv_kernel).uniform_(-bound, bound))
+            taps, inside = conv_taps(conv_kernel)
+            self.register_buffer("conv_taps", taps, persistent=False)
+            self.register_buffer("conv_inside", inside, persistent=False)
 
     def conv_skip(self, v: Tensor, keep: Tensor) -> Tensor:
         """Depthwise convolution of ``v * keep`` along the sequence, one kernel per head shared by its channels."""
-        return banded_depthwise_conv(v, keep, self.conv_weight.to(v.dtype))
+        return banded_depthwise_conv(v, keep, self.conv_weight.to(v.dtype), self.conv_taps, self.conv_inside)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
         mask = pad.mask

@@ -143,17 +143,23 @@ class _Quadratic(Mixer):
         require_fits(self.variant, one, devices, f"one example's training step at max_len={self.max_len}", self.fix)
 
     def require_batch_fits(self, v: Tensor) -> None:
-        """Before the ``[B, H, N, N]`` weights of this batch are formed; once per shape."""
-        if torch.compiler.is_compiling():
-            return
+        """Before the ``[B, H, N, N]`` weights of this batch are formed; once per shape. A host-side
+        check of the shape only: under ``torch.compile`` it runs when the graph is traced (once per
+        compiled shape, ``dynamic=False``), outside the graph, so there is no break and no mode is
+        asked per call."""
         b, h, n, _ = v.shape
-        key = (b, n, v.dtype, v.device, torch.is_grad_enabled())
-        if key in self._fits:
-            return
-        copies = ACTIVATION_COPIES if torch.is_grad_enabled() else 2
-        require_fits(self.variant, copies * b * h * n * n * v.element_size(), [v.device],
-                     f"the [B={b}, H={h}, N={n}, N] weights of this batch", self.fix)
-        self._fits.add(key)
+        self._require_shape_fits(b, h, n, v.element_size(), v.dtype, v.device, torch.is_grad_enabled())
+
+    @torch._dynamo.assume_constant_result
+    def _require_shape_fits(self, b: int, h: int, n: int, itemsize: int, dtype: torch.dtype, device: torch.device,
+                            grad: bool) -> bool:
+        key = (b, n, dtype, device, grad)
+        if key not in self._fits:
+            copies = ACTIVATION_COPIES if grad else 2
+            require_fits(self.variant, copies * b * h * n * n * itemsize, [device],
+                         f"the [B={b}, H={h}, N={n}, N] weights of this batch", self.fix)
+            self._fits.add(key)
+        return True
 
 
 class DenseSynthesizer(_Quadratic):

@@ -62,7 +62,7 @@ def test_bigbird_reads_exactly_its_random_blocks_per_row(r, window):
     w = window // 2
     for nb in range(3, 15):
         idx, valid = mixer.random_blocks(nb)
-        table, table_valid = mixer._table(nb)
+        table, table_valid = mixer._tables(nb, torch.tensor(nb - 1))      # the plan of nb blocks
         for h, a in itertools.product(range(4), range(1, nb - 1)):
             chosen = idx[h, a][valid[h, a]].tolist()
             cands = candidates(a, nb, w)

@@ -12,9 +12,7 @@ import time
 import pytest
 import torch
 
-from attention.graph_safe import graph_safe_active
 from attention.padding import Padding
-from attention.performer import orthogonal_gaussian
 from attention.registry import build_mixer
 from attention.spec import spec_of
 from attention.shell import MultiHeadAttention
@@ -59,24 +57,6 @@ def check_documented(mixer, p: Point) -> None:
 
 
 # ----------------------------------------------------------------------------- baselines
-def performer_draw_after(mixer, calls: int) -> torch.Tensor:
-    """The features the redraw schedule gives after ``calls`` training calls: draw 0 at
-    construction, a redraw at the first call and then every ``redraw_interval`` calls."""
-    stream = torch.Generator(device=DEVICE).manual_seed(mixer.seed)
-
-    def randn(shape, dtype):
-        return torch.randn(shape, generator=stream, device=DEVICE, dtype=dtype)
-
-    draws = [orthogonal_gaussian(mixer.nb_features, mixer.head_dim, randn, mixer.orthogonal)]
-    if DEVICE.type != "cpu":   # the construction draw came from the CPU stream
-        draws = [None]
-    every = mixer.redraw_interval
-    redraws = 1 + ((calls - 1) // every if every else 0)
-    for _ in range(redraws):
-        draws.append(orthogonal_gaussian(mixer.nb_features, mixer.head_dim, randn, mixer.orthogonal))
-    return draws[-1].to(F64)
-
-
 def grads(y: torch.Tensor, wrt: list[torch.Tensor]) -> list[torch.Tensor | None]:
     """d y / d wrt (None where none flows, and everywhere when nothing depends on the inputs)."""
     return list(torch.autograd.grad(y, wrt, allow_unused=True)) if y.requires_grad else [None] * len(wrt)
@@ -113,8 +93,6 @@ def check_baseline(p: Point) -> None:
             every = mixer.redraw_interval
             due = (calls - 1) // every * every if every else 0
             assert torch.equal(mixer.features, made[due].to(F64)), "features off the redraw schedule"
-            if not graph_safe_active():   # eager: the training stream's draws
-                assert torch.equal(mixer.features, performer_draw_after(mixer, calls)), "features off the stream"
 
 
 # ----------------------------------------------------------------------------- paper variants

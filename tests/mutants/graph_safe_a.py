@@ -1,17 +1,11 @@
-"""Bugs in the graph-safe branches of linear, ABC_RD and AdaMRA (issue 25; ABC_RD's and AdaMRA's draws
+"""Bugs in the graph-safe branches of ABC_RD and AdaMRA (issue 25; ABC_RD's and AdaMRA's draws
 are :meth:`Mixer.randint`'s since issue 35): each plants its bug only where ``graph_safe_active()`` holds, so the eager runs of the reference tests stay green and only
 their ``graph_safe`` runs (the ``attention_mode`` fixture) can kill it."""
 from tests.mutants import Mutant
 
-LINEAR = ("tests/attention/test_reference_baselines.py::test_linear_equals_reference",)  # the file has other variants
 ABC = ("tests/attention/test_reference_abc.py",)
 ADAMRA = ("tests/attention/test_reference_adamra.py",)
 MUTANTS = [
-    Mutant("graph-safe-linear-padded-keys-in-normaliser", "attention/linear.py",
-           "    phi_k = elu_feature_map(k, keep)                                      # padded keys: no mass anywhere",
-           "    phi_k = elu_feature_map(k)                                            # padded keys: no mass anywhere",
-           "the graph-safe linear attention forgets the key mask: padded keys enter the numerator "
-           "and the normaliser", LINEAR),
     Mutant("graph-safe-abc-rd-slot-bound-off-by-one", "attention/base.py",
            "        return (u * high).long().clamp_max(high - 1)",
            "        return (u * (high - 1)).long()",

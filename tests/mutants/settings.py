@@ -40,7 +40,7 @@ MUTANTS = [
            (GRID.format("routing"),),
            ROUTING),
     Mutant("settings-nystrom-conv-block-narrower-than-kernel", NYS,
-           "block = max(CONV_BLOCK, weight.shape[-1] // 2)", "block = CONV_BLOCK",
+           "block = max(CONV_BLOCK, kernel // 2)", "block = CONV_BLOCK",
            "banded skip conv on blocks of 16 whatever the kernel: taps beyond 16 positions are lost when "
            "conv_kernel > 33", (GRID.format("nystromformer"),), NYSTROM),
     Mutant("settings-performer-relu-zero-normaliser", PERF,
