@@ -21,7 +21,6 @@ from typing import Callable
 import torch
 
 from attention.base import emulate_accelerator
-from attention.graph_safe import accelerator_branches
 from lra.checks.contract import compiled_step  # noqa: F401 - the variant check's compiled step, one copy
 from tests.tiny_network import step_batch, tiny_network, training_loss
 
@@ -51,7 +50,7 @@ def graph_breaks(name: str, padded: bool, **overrides) -> tuple[int, list[str]]:
     def loss(ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return training_loss(net, ids, mask, label, padded=padded)
 
-    with warnings.catch_warnings(), accelerator_branches():
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         explained = torch._dynamo.explain(loss)(ids, mask)
     reasons = sorted({str(b.reason).strip().splitlines()[0] for b in explained.break_reasons})

@@ -14,7 +14,7 @@ copy cannot be told apart, so every such build inside the counted region is coun
 :class:`HostSyncSpy` is a ``TorchDispatchMode``: it sees every op of the forward and the backward
 (autograd runs the backward on the calling thread on CPU), including those inside custom autograd
 Functions, and names the source line (in ``attention/``, ``models/`` or ``lra/``) of each sync.
-The code's own accelerator branches are taken with :func:`attention.graph_safe.accelerator_branches`.
+The mixers take their accelerator choices (:func:`attention.base.emulate_accelerator`).
 
 Reused by the graph-safe work (issue 25): :func:`forbid_host_syncs` raises at the first sync.
 
@@ -167,17 +167,16 @@ def step_syncs(name: str, padded: bool, host_padding: bool = True, **overrides) 
     """The host syncs of the second training step of ``name`` (the first one warms lazily built
     state) on the accelerator's branches. ``host_padding``: the padding is known on the host (as
     ``LRAModule`` knows it before the batch transfer); False: the network reads it from the mask."""
-    from attention.graph_safe import accelerator_branches
+    from attention.base import emulate_accelerator
     from tests.tiny_network import step_batch, tiny_network, training_loss
 
-    net = tiny_network(name, **overrides).train()
+    net = emulate_accelerator(tiny_network(name, **overrides).train())
     ids, mask, label = step_batch(padded)
     hint = padded if host_padding else None
-    with accelerator_branches():
+    training_loss(net, ids, mask, label, hint).backward()
+    net.zero_grad(set_to_none=True)
+    with count_host_syncs() as spy:
         training_loss(net, ids, mask, label, hint).backward()
-        net.zero_grad(set_to_none=True)
-        with count_host_syncs() as spy:
-            training_loss(net, ids, mask, label, hint).backward()
     return spy
 
 

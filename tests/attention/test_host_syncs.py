@@ -2,8 +2,8 @@
 
 Counted by :mod:`tests.host_syncs` (a dispatch-level spy: ``.item()``/``bool()``, ``.tolist()``,
 ``nonzero``, ``unique``, ``bincount``, tensors built from host data, ...) on a 2-layer network, with
-the device branches of the attention code switched to the accelerator's
-(:func:`attention.graph_safe.accelerator_branches`) and the padding known on the host, as
+the mixers on their accelerator choices (:func:`attention.base.emulate_accelerator`) and the
+padding known on the host, as
 ``LRAModule`` knows it. Every remaining sync is named and justified in its variant's docstring.
 Before this was pinned (issue 26) the same count on a padded batch gave 2 (most variants), 4 (softmax, linformer,
 sinkhorn, routing, clustered), 6 (adamra, abc_rd), 28 (bigbird) and 16 / 32 (memformer / MRBP).
@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from attention.graph_safe import accelerator_branches, host_reads_free
 from attention.padding import Padding
 from attention.registry import build_mixer, variant_names
 from models.module import LRAModule
@@ -80,9 +79,6 @@ def test_padding_is_read_once_when_unstated_and_believed_when_stated():
         assert not Padding.of(mask, False).any               # stated: believed, not read
         assert Padding.of(torch.ones(1, 2, dtype=torch.bool), True).any   # "padded" is always correct
     assert spy.syncs == 1
-    assert host_reads_free(mask)
-    with accelerator_branches():
-        assert not host_reads_free(mask)
 
 
 @pytest.mark.parametrize("name", ["i_clustered", "routing"])
@@ -125,20 +121,19 @@ def test_the_module_reads_the_padding_on_the_host_and_the_network_believes_it(pa
         torch.testing.assert_close(stated, module.network(ids, mask), rtol=0, atol=0)
 
 
-# The device branches that do not go through host_reads_free, each with why it may not.
+# The device branches outside Mixer.on_cpu, each with why it may not read the flag.
 DEVICE_BRANCHES_ALLOWED = {
-    "attention/graph_safe.py": "the switch itself",
-    "attention/base.py": "Mixer.on_cpu: the device choice made when a mixer is made or moved, never per call",
+    "attention/base.py": "Mixer.on_cpu itself: the device choice made when a mixer is made or moved, never per call",
     "attention/synthesizer.py": "which device's free memory to ask (no host read of tensor data)",
     "models/module.py": "reads the padding only while the batch is still on the host",
 }
 
 
 def test_every_device_branch_goes_through_the_switch():
-    """So that accelerator_branches() really takes every branch an accelerator takes."""
+    """So that emulate_accelerator() really takes every choice an accelerator takes."""
     root = Path(__file__).resolve().parents[2]
     branch = re.compile(r"device\.type\s*[!=]=|\.is_cuda\b")
     found = {str(p.relative_to(root)) for d in ("attention", "models") for p in (root / d).glob("*.py")
              if any(branch.search(line.split("#")[0]) for line in p.read_text().splitlines())}
-    assert found <= DEVICE_BRANCHES_ALLOWED.keys(), (f"device branches outside attention.graph_safe.host_reads_free: "
+    assert found <= DEVICE_BRANCHES_ALLOWED.keys(), (f"device branches outside Mixer.on_cpu: "
                                                      f"{sorted(found - DEVICE_BRANCHES_ALLOWED.keys())}")
