@@ -92,7 +92,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.masking import key_bias, pad_to_multiple
+from attention.masking import key_bias, neg_fill, pad_to_multiple
 from attention.padding import Padding
 
 FEATURE_MAPS = ("relu", "elu", "softmax")
@@ -204,55 +204,71 @@ class AdaMRAAttention(Mixer):
         rows = t.flatten(0, 1)
         # eq. 9 composed with the shell's maps: [H, 3, d, D + 1] (without head_proj: [1, 3, d, D + 1])
         heads = maps[None] if self.head_weight is None else self.head_weight.transpose(-1, -2) @ maps
-        wq = heads[:, 0].flatten(0, 1)                                      # [H d, D + 1]: every head's queries
-        if self.route is not None:                                         # eq. 6's logits, in the same matmul
-            wq = torch.cat([wq, self.route.weight @ maps[0]])
-        proj = F.linear(rows, wq[:, :-1], wq[:, -1])
-        if self.route is not None:
-            proj, logits = proj.split([proj.shape[1] - hs, hs], -1)
-            p_sel, choice = torch.softmax(logits, -1).max(-1)                         # eq. 6
-            choice = choice.view(b, n)
+        if self.route is not None:                                          # eq. 6
+            wr = self.route.weight @ maps[0]
+            p_sel, choice = torch.softmax(F.linear(rows, wr[:, :-1], wr[:, -1]), -1).max(-1)
         else:
-            choice, p_sel = self.random_heads(mask), None
-        queries = proj.view(b, n, -1, dh)
-        if queries.shape[2] != hs * s:                       # one map for every head (head_proj=False)
-            queries = queries[:, :, None].expand(b, n, hs, s, dh).flatten(2, 3)
-        queries = queries.transpose(1, 2)                    # [B, H S, N, Dh]
-        # landmarks of every head, zero-padded to the finest head's count: [B, H, m_1, D + 1]
-        lm = self._compressed(t, mask, pad.any)
-        m = max(a.shape[1] for a in lm)
-        lm = torch.stack([F.pad(a, (0, 0, 0, m - a.shape[1])) for a in lm], 1)
-        lm = lm / lm[..., -1:].detach().clamp_min(1.0)       # means; count column: 1 landmark, 0 none
-        wk, wv = heads[:, 1], heads[:, 2]                     # [H or 1, d, D + 1]
+            choice, p_sel = self.random_heads(mask).reshape(-1), None
+        # each real query's routed head, one-hot [B N, H]; a padded query has none
+        routed = choice[:, None] == torch.arange(hs, device=choice.device)
+        if pad.any:
+            routed = routed & mask.view(-1, 1)
+        # every query in every head, subhead-major: [S, B N, H Dh], one matmul batched over subheads, of
+        # the rows [t, 1] (the bias row) and, for a kernel map, [1 - routed] times a large negative on
+        # each head's columns: phi(q) is then exactly 0 (ReLU 0, ELU + 1 0, no gradient) outside the
+        # routed head, with no pass of its own over the [S, B N, H Dh] features
+        wq = heads[:, 0].unflatten(1, (s, dh)).permute(1, 3, 0, 2).expand(s, -1, hs, dh).reshape(s, -1, hs * dh)
+        rows1 = torch.cat([rows, rows.new_ones(b * n, 1)] + ([] if self.feature_map == "softmax" else [~routed]), 1)
+        if self.feature_map != "softmax":
+            dev = rows.device.type
+            big = neg_fill(torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else rows.dtype)
+            block = torch.eye(hs, dtype=wq.dtype, device=wq.device).repeat_interleave(dh, 1) * big   # [H, H Dh]
+            wq = torch.cat([wq, block.expand(s, -1, -1)], 1)
+        queries = torch.bmm(rows1.to(wq.dtype).expand(s, -1, -1), wq)
+        routed = routed.to(rows.dtype)
+        # landmarks per head [B, m_h, D + 1]; on an accelerator zero-padded to the finest head's count
+        # and stacked, [B, H, m_1, D + 1] (one matmul per step for all heads); on CPU at their sizes
+        lm, wk, wv = self._compressed(t, mask, pad.any), heads[:, 1], heads[:, 2]   # maps [H or 1, d, D + 1]
+        per_head = self.on_cpu and self.feature_map != "softmax"
+        if not per_head:
+            m = max(a.shape[1] for a in lm)
+            lm, wks = [torch.stack([F.pad(a, (0, 0, 0, m - a.shape[1])) for a in lm], 1)], [wk]
+        else:
+            wks = wk.expand(hs, -1, -1).unbind(0)
+        lm = [a / a[..., -1:].detach().clamp_min(1.0) for a in lm]   # means; count column: 1 landmark, 0 none
         if self.feature_map == "softmax":
-            out = self._softmax_read(queries, lm @ wk.transpose(-1, -2), lm @ wv.transpose(-1, -2), lm[..., -1] > 0)
+            q5 = queries.view(s, b, n, hs, dh).permute(1, 3, 0, 2, 4)                # [B, H, S, N, Dh]
+            out = self._softmax_read(q5, lm[0] @ wk.transpose(-1, -2), lm[0] @ wv.transpose(-1, -2), lm[0][..., -1] > 0)
+            out = (out * routed.view(b, n, hs).transpose(1, 2)[:, :, None, :, None]).sum(1)   # [B, S, N, Dh]
         else:
             wide = self._wide(rows)
             with torch.autocast(rows.device.type, enabled=False) if wide else contextlib.nullcontext():
                 if wide:
-                    queries, lm, wk, wv = queries.float(), lm.float(), wk.float(), wv.float()
-                kvz = self._phi(lm @ wk.transpose(-1, -2)).transpose(-1, -2) @ lm  # [B, H, d, D + 1]: phi(K~)^T [M~ | 1]
+                    queries, wv = queries.float(), wv.float()
+                    lm, wks = [a.float() for a in lm], [w.float() for w in wks]
+                kvz = [self._phi(a @ w.transpose(-1, -2)).transpose(-1, -2) @ a for a, w in zip(lm, wks)]
+                kvz = torch.stack(kvz, 1) if per_head else kvz[0]   # [B, H, d, D + 1]: phi(K~)^T [M~ | 1]
                 # value map per subhead with a unit row for the normaliser: [H or 1, S, Dh + 1, D + 1]
                 wv = wv.unflatten(-2, (s, dh))
                 unit = F.pad(wv.new_ones(1, 1), (wv.shape[-1] - 1, 0))     # [0 ... 0 1]: picks the count
                 wv = torch.cat([wv, unit.expand(*wv.shape[:-2], 1, -1)], -2)
                 state = kvz.unflatten(2, (s, dh)) @ wv.transpose(-1, -2)   # [B, H, S, Dh, Dh + 1], eq. 7's memory
-                out = self._phi(queries) @ state.flatten(1, 2)  # [B, H S, N, Dh + 1]
-        width = out.shape[-1]
-        index = choice.view(b, 1, 1, n, 1).expand(b, 1, s, n, width)
-        out = out.view(b, hs, s, n, width).gather(1, index).squeeze(1)              # the routed head
-        keep = mask.view(b, 1, n, 1) if pad.any else None                           # padded queries: 0
-        out = self._normalise(out, None if p_sel is None else p_sel.view(b, 1, n, 1), keep)
+                width = state.shape[-1]
+                # every query reads every head's state in one matmul per (subhead, row); its features are
+                # zero outside its routed head, so the product is the routed head's read
+                state = state.permute(2, 0, 1, 3, 4).reshape(s * b, hs * dh, width)
+                out = torch.bmm(self._phi(queries).view(s * b, n, hs * dh), state).view(s, b, n, width).transpose(0, 1)
+        out = self._normalise(out, None if p_sel is None else p_sel.view(b, 1, n, 1))
         return out.to(t.dtype) if out.dtype != t.dtype else out
 
     def _softmax_read(self, queries: Tensor, keys: Tensor, values: Tensor, valid: Tensor) -> Tensor:
         """Table 5's softmax ablation: exact softmax over each head's valid landmarks, with
-        ``1/sqrt(d_k)``. ``queries [B, H S, N, Dh]``, ``keys``/``values [B, H, m_1, d]``, ``valid
-        [B, H, m_1]``; returns ``[B, H S, N, Dh]``."""
+        ``1/sqrt(d_k)``. ``queries [B, H, S, N, Dh]``, ``keys``/``values [B, H, m_1, d]``, ``valid
+        [B, H, m_1]``; returns ``[B, H, S, N, Dh]``."""
         b, hs, m, _ = keys.shape
-        split = lambda t: t.view(b, hs, m, self.n_heads, self.head_dim).transpose(2, 3).flatten(1, 2)  # noqa: E731
-        bias = key_bias(valid.flatten(0, 1), queries.dtype).view(b, hs, 1, 1, m).expand(-1, -1, self.n_heads, -1, -1)
-        scores = queries @ split(keys).transpose(-1, -2) / math.sqrt(self.head_dim) + bias.flatten(1, 2)
+        split = lambda t: t.view(b, hs, m, self.n_heads, self.head_dim).transpose(2, 3)  # noqa: E731
+        bias = key_bias(valid.flatten(0, 1), queries.dtype).view(b, hs, 1, 1, m)
+        scores = queries @ split(keys).transpose(-1, -2) / math.sqrt(self.head_dim) + bias
         return torch.softmax(scores, -1) @ split(values)
 
     def _wide(self, rows: Tensor) -> bool:
@@ -264,12 +280,13 @@ class AdaMRAAttention(Mixer):
         return self.feature_map == "relu" and torch.float16 in (
             rows.dtype, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None)
 
-    def _normalise(self, out: Tensor, p_sel: Tensor | None, keep: Tensor | None) -> Tensor:
-        """Eq. 7's normaliser (the last column of a kernel read), the router gradient and the
-        padding, as one factor per query: the routed head's output times ``P_{i,h*} /
-        stopgrad(P_{i,h*})``, which is exactly 1 in value (so the oracle tests of eq. 7 hold
-        exactly), times ``keep`` (the mask; None: no padding) and ``1 / normaliser``. ``p_sel`` and
-        ``keep`` broadcast against ``out`` (``p_sel`` None: the random router, no gradient).
+    def _normalise(self, out: Tensor, p_sel: Tensor | None) -> Tensor:
+        """Eq. 7's normaliser (the last column of a kernel read) and the router gradient,
+        straight-through: the routed head's output times ``P_{i,h*} / stopgrad(P_{i,h*})``, which is
+        exactly 1 in value (so the oracle tests of eq. 7 hold exactly). It multiplies the per-query
+        factor 1 / normaliser, not the output. ``p_sel`` broadcasts against ``out`` (None: the
+        random router, no gradient). A padded query read nothing (numerator and normaliser 0), so
+        the clamp gives it a zero output and no gradient.
 
         The backward pass gives the router ``(G_i . out_i) * grad log P_{i,h*}`` (``G_i`` the output
         gradient): the Switch/MoE gate gradient of ``P_{i,h*} * out_i``, ``(G_i . out_i) * grad
@@ -281,8 +298,6 @@ class AdaMRAAttention(Mixer):
         scale = None
         if p_sel is not None:
             scale = p_sel / p_sel.detach()
-        if keep is not None:
-            scale = keep if scale is None else scale * keep
         if self.feature_map != "softmax":
             out, den = out.split([self.head_dim, 1], dim=-1)
             scale = (1.0 if scale is None else scale) / den.clamp_min(self.eps)
