@@ -222,7 +222,7 @@ class AdaMRAAttention(Mixer):
         if self.feature_map != "softmax":
             dev = rows.device.type
             big = neg_fill(torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else rows.dtype)
-            block = torch.eye(hs, dtype=wq.dtype, device=wq.device).repeat_interleave(dh, 1) * big   # [H, H Dh]
+            block = torch.eye(hs, dtype=wq.dtype, device=wq.device)[:, :, None].expand(-1, -1, dh).reshape(hs, -1) * big
             wq = torch.cat([wq, block.expand(s, -1, -1)], 1)
         queries = torch.bmm(rows1.to(wq.dtype).expand(s, -1, -1), wq)
         routed = routed.to(rows.dtype)
@@ -272,12 +272,13 @@ class AdaMRAAttention(Mixer):
         return torch.softmax(scores, -1) @ split(values)
 
     def _wide(self, rows: Tensor) -> bool:
-        """Whether the ReLU read and its normalisation run in float32: in float16
+        """Whether the kernel read and its normalisation run in float32: in float16
         (``trainer.precision=16-mixed`` or a half model) ``1 / eps`` exceeds the range, so the
         gradient that the clamp sends to the numerator of a query with a zero normaliser would be
-        infinite (and NaN once multiplied by its zero features)."""
+        infinite (and NaN once multiplied by its zero features). A padded query (it reads no head)
+        has a zero normaliser under either map, a ReLU query that misses every landmark also."""
         dev = rows.device.type
-        return self.feature_map == "relu" and torch.float16 in (
+        return self.feature_map != "softmax" and torch.float16 in (
             rows.dtype, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None)
 
     def _normalise(self, out: Tensor, p_sel: Tensor | None) -> Tensor:
