@@ -45,41 +45,57 @@ Choices the paper leaves open, written down:
   output depends neither on the rest of the batch nor on how far it is padded.
 * **Padded queries** join no head: their output is zero and they send no gradient anywhere.
 
-Computation (one path, static shapes, no host read; tests compare it with the plain formulas in
-float64). :meth:`AdaMRAAttention.forward_input` (through the shell) and
-:meth:`AdaMRAAttention.forward` (the reference, on given ``q, k, v``) both run
-:meth:`AdaMRAAttention._attend`; they differ only in the maps they hand it: the shell's
-projections, or the identity on ``q`` and on the two halves of ``[k, v]``. Eq. 9's maps are
-composed with those (parameter-sized products, once per call) and stacked over the heads:
+Computation: one path, static shapes, no host read in forward or backward, ``torch.compile``
+with ``fullgraph=True`` (tests compare it with the plain formulas of eqs. 6-9 in float64).
+:meth:`AdaMRAAttention.forward_input` (through the shell) and :meth:`AdaMRAAttention.forward` (the
+reference, on given ``q, k, v``) both run :meth:`AdaMRAAttention._attend`; they differ only in the
+affine maps they hand it: the shell's projections ``[W | b]``, or the identity on the three thirds
+of ``[q, k, v]``. Eq. 9's maps are composed with those (``[H, 3, d, d_in + 1]``, one matmul of
+parameters per call), and the heads are stacked:
 
-1. *Queries and router, one matmul.* ``[X W^Q W^Q_1 | ... | X W^Q W^Q_H | X W^Q W]``
-   (``[d_in, H d + H]``, biases composed alike): every query in every head, and eq. 6's logits.
-2. *Landmarks, nested.* Masked segment sums carry their token count as an extra column; a coarse
-   level is summed from the finest level whose size divides it (1/2, 1/8, 1/32 nest), and one
-   division gives the means and, in the count column, 1 for a landmark and 0 for an empty window.
-   So the affine maps fold in (``[m, 1] [W; b] = m W + b`` and ``0`` for an empty window): a
-   window with no real token contributes nothing, with no mask of its own.
-3. *Memories, heads batched.* The landmarks of all heads are zero-padded to the finest head's
-   count and stacked, ``[B, H, m_1, d_in + 1]``; zero rows add nothing. Keys ``phi(L W^K_h)``, then
-   ``phi(K~)^T L`` (one batched matmul) and the value map with a unit column appended
-   (``[W^V_h; b^V_h | e]``) give every head's eq. 7 state ``[phi(K~)^T V~ | phi(K~)^T 1]``,
-   ``[B, H, S, Dh, Dh + 1]``, without building the values.
-4. *Read and route.* All queries read all heads' states in one batched matmul
-   (``[B, H S, N, Dh] x [B, H S, Dh, Dh + 1]``); ``gather`` on the router's choice keeps the routed
-   head's numerator and normaliser per query, and :meth:`AdaMRAAttention._normalise` divides,
-   applies the straight-through gate and zeroes padded queries, in one factor.
+1. *Router* (eq. 6): ``X (W^Q W)`` (composed the same way), softmax and argmax per token.
+2. *Queries, every head, one matmul.* ``[X, 1, 1 - r] [W^Q W^Q_h; b^Q W^Q_h; -c E_h]`` for all
+   heads at once, laid out ``[S, B N, H Dh]`` (batched over the subheads): ``r`` is the query's
+   one-hot routed head (zero for a padded query) and ``-c E_h`` a large negative
+   (:func:`attention.masking.neg_fill` of the matmul's dtype) on head ``h``'s columns, so
+   ``phi(q)`` is exactly 0, with zero gradient, in every head but the routed one (ReLU and
+   ``elu + 1`` both map it to 0) at the price of ``H`` input columns, with no pass over the
+   ``H``-fold features.
+3. *Landmarks, nested.* Masked segment sums carry their token count as an extra column; a coarse
+   level is summed from the finest level whose size divides it (1/2, 1/8, 1/32 nest). One division
+   gives the means and, in the count column, 1 for a landmark and 0 for an empty window, so the
+   affine maps fold in (``[m, 1] [W; b] = m W + b``) and an empty window contributes nothing with
+   no mask of its own.
+4. *Memories.* Keys ``phi(L W^K_h)``, ``phi(K~)^T L`` and the value map with a unit row appended
+   (``[W^V_h | b^V_h ; e]``) give every head's eq. 7 state ``[phi(K~)^T V~ | phi(K~)^T 1]``,
+   ``[B, H, S, Dh, Dh + 1]``, without building the values. Device choice (``Mixer.on_cpu``, made
+   at construction): on an accelerator the landmarks of all heads are zero-padded to the finest
+   head's count and stacked, ``[B, H, m_1, d_in + 1]`` (zero rows add nothing), so each step is
+   one launch for all heads; on CPU each head runs at its own size (fewer flops, ``H`` launches).
+5. *Read.* Every query reads every head's state in one batched matmul, ``[S B, N, H Dh] x
+   [S B, H Dh, Dh + 1]``; its features are zero outside its routed head, so the product is the
+   routed head's numerator and normaliser. :meth:`AdaMRAAttention._normalise` divides and applies
+   the straight-through gate. A padded query reads nothing: output 0, no gradient.
 
-The softmax ablation reads the stacked keys and values of step 3 with a key bias (zero-padded
-rows and empty windows are masked) instead of the kernel state.
+The softmax ablation projects the queries without step 2's routing columns, reads the stacked
+keys and values of step 4 (always padded and stacked) of every head with a key bias (zero-padded
+rows and empty windows are masked), and keeps the routed head's output by the one-hot ``r``.
 
 Cost: ``O(H n d_in d)`` for the query projection and ``O(H n d Dh)`` for the kernel read: ``H``
-times what routing each query to its head alone would cost, because a static shape cannot hold
-the ragged per-head query groups (the earlier dispatch by (head, row) groups read each query once
-but needed one host sync per layer and a Python loop over ``H B`` groups: 7.3x linear attention's
-operators per training step at Table 2's shapes). The memories cost ``O(H m_1 d_in d)``
-(``m_1 = n c_1``, the finest head's landmarks: the zero padding costs ``H m_1 / sum_h m_h``,
-``2.3x`` for the default rates, on parameter-width products) and the compression ``O(n d_in)``.
-No host sync remains in forward or backward.
+times what reading each query in its routed head alone costs. A static shape cannot hold the
+ragged per-head query groups; the earlier dispatch by (head, row) groups read each query once but
+needed one host sync per layer and a Python loop over ``H B`` groups (7.3x linear attention's
+operators per training step at Table 2's shapes). The memories cost ``O(sum_h m_h d_in d)`` on CPU
+and ``O(H m_1 d_in d)`` on an accelerator (``m_1 = n c_1``, the finest head's landmarks; the zero
+padding costs ``H m_1 / sum_h m_h``: 2.1x for (1/2, 1/4, 1/8, 1/16), 2.3x for the default rates),
+the compression ``O(n d_in)``. Measured (issue 62): a training step at Table 2's shapes, on the
+accelerator branch, dispatches 1.6x linear attention's operators (772 against 480; the grouped
+path: 7.3x). The target of 1.3x is not met: the router, eq. 9's per-head maps composed with the
+shell's (about 20 operators per layer forward and 45 backward), the multi-resolution landmarks
+(about 20 and 27: one window sum and one zero-pad per head) and the normaliser with its
+straight-through gate (6 and 15) are operators that linear attention does not have. On one CPU
+thread, at N = 4096, the ``H``-fold query projection and read make the stacked path slower than
+the grouped one it replaces (figures in the issue's note).
 """
 from __future__ import annotations
 
