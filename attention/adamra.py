@@ -228,7 +228,7 @@ class AdaMRAAttention(Mixer):
         # each real query's routed head, one-hot [B N, H]; a padded query has none
         routed = choice[:, None] == torch.arange(hs, device=choice.device)
         if pad.any:
-            routed = routed & mask.view(-1, 1)
+            routed = routed & mask.reshape(-1, 1)
         # every query in every head, subhead-major: [S, B N, H Dh], one matmul batched over subheads, of
         # the rows [t, 1] (the bias row) and, for a kernel map, [1 - routed] times a large negative on
         # each head's columns: phi(q) is then exactly 0 (ReLU 0, ELU + 1 0, no gradient) outside the

@@ -18,7 +18,7 @@ MUTANTS = [
            "the graph-safe Mixer.randint floor((n - 1) u) never draws n - 1: ABC_RD never picks its "
            "last slot", ABC),
     Mutant("graph-safe-adamra-padded-queries-routed", "attention/adamra.py",
-           "            routed = routed & mask.view(-1, 1)\n",
+           "            routed = routed & mask.reshape(-1, 1)\n",
            "            routed = routed\n",
            "the stacked-heads path keeps the routed head's read at padded queries (non-zero output "
            "there, and their gradient flows into the projections and the router)", ADAMRA),
