@@ -43,28 +43,72 @@ Choices the paper leaves open, written down:
   (:meth:`AdaMRAAttention.random_heads`); no router parameters exist. Training draws afresh per
   token every step; eval draws one head per *position*, shared by the rows, so a sequence's eval
   output depends neither on the rest of the batch nor on how far it is padded.
+* **Padded queries** join no head: their output is zero and they send no gradient anywhere.
 
-Computation: every step is exact (tests compare it with the plain formulas in float64). Through
-the shell AdaMRA runs :meth:`AdaMRAAttention.forward_input` (the shell's projections composed with
-eq. 9's and applied where cheapest); :meth:`AdaMRAAttention.forward` on given ``q, k, v`` is the
-reference. Queries are dispatched to their heads by :meth:`AdaMRAAttention._attend` (ragged groups,
-one host sync) or, graph-safe, :meth:`AdaMRAAttention._attend_dense` (static shapes, every head
-read). Cost: ``O(n d^2)`` for the query projections (each query once), ``O(n d_k^2)`` for the kernel
-part, ``O(m_h d^2)`` per head for the compressed keys and values, ``O(n d)`` for the compression.
+Computation: one path, static shapes, no host read in forward or backward, ``torch.compile``
+with ``fullgraph=True`` (tests compare it with the plain formulas of eqs. 6-9 in float64).
+:meth:`AdaMRAAttention.forward_input` (through the shell) and :meth:`AdaMRAAttention.forward` (the
+reference, on given ``q, k, v``) both run :meth:`AdaMRAAttention._attend`; they differ only in the
+affine maps they hand it: the shell's projections ``[W | b]``, or the identity on the three thirds
+of ``[q, k, v]``. Eq. 9's maps are composed with those (``[H, 3, d, d_in + 1]``, one matmul of
+parameters per call), and the heads are stacked:
+
+1. *Router* (eq. 6): ``X (W^Q W)`` (composed the same way), softmax and argmax per token.
+2. *Queries, every head, one matmul.* ``[X, 1, 1 - r] [W^Q W^Q_h; b^Q W^Q_h; -c E_h]`` for all
+   heads at once, laid out ``[S, B N, H Dh]`` (batched over the subheads): ``r`` is the query's
+   one-hot routed head (zero for a padded query) and ``-c E_h`` a large negative
+   (:func:`attention.masking.neg_fill` of the matmul's dtype) on head ``h``'s columns, so
+   ``phi(q)`` is exactly 0, with zero gradient, in every head but the routed one (ReLU and
+   ``elu + 1`` both map it to 0) at the price of ``H`` input columns, with no pass over the
+   ``H``-fold features.
+3. *Landmarks, nested.* Masked segment sums carry their token count as an extra column; a coarse
+   level is summed from the finest level whose size divides it (1/2, 1/8, 1/32 nest). One division
+   gives the means and, in the count column, 1 for a landmark and 0 for an empty window, so the
+   affine maps fold in (``[m, 1] [W; b] = m W + b``) and an empty window contributes nothing with
+   no mask of its own.
+4. *Memories.* Keys ``phi(L W^K_h)``, ``phi(K~)^T L`` and the value map with a unit row appended
+   (``[W^V_h | b^V_h ; e]``) give every head's eq. 7 state ``[phi(K~)^T V~ | phi(K~)^T 1]``,
+   ``[B, H, S, Dh, Dh + 1]``, without building the values. Device choice (``Mixer.on_cpu``, made
+   at construction): on an accelerator the landmarks of all heads are zero-padded to the finest
+   head's count and stacked, ``[B, H, m_1, d_in + 1]`` (zero rows add nothing), so each step is
+   one launch for all heads; on CPU each head runs at its own size (fewer flops, ``H`` launches).
+5. *Read.* Every query reads every head's state in one batched matmul, ``[S B, N, H Dh] x
+   [S B, H Dh, Dh + 1]``; its features are zero outside its routed head, so the product is the
+   routed head's numerator and normaliser. :meth:`AdaMRAAttention._normalise` divides and applies
+   the straight-through gate. A padded query reads nothing: output 0, no gradient.
+
+The softmax ablation projects the queries without step 2's routing columns, reads the stacked
+keys and values of step 4 (always padded and stacked) of every head with a key bias (zero-padded
+rows and empty windows are masked), and keeps the routed head's output by the one-hot ``r``.
+
+Cost: ``O(H n d_in d)`` for the query projection and ``O(H n d Dh)`` for the kernel read: ``H``
+times what reading each query in its routed head alone costs. A static shape cannot hold the
+ragged per-head query groups; the earlier dispatch by (head, row) groups read each query once but
+needed one host sync per layer and a Python loop over ``H B`` groups (7.3x linear attention's
+operators per training step at Table 2's shapes). The memories cost ``O(sum_h m_h d_in d)`` on CPU
+and ``O(H m_1 d_in d)`` on an accelerator (``m_1 = n c_1``, the finest head's landmarks; the zero
+padding costs ``H m_1 / sum_h m_h``: 2.1x for (1/2, 1/4, 1/8, 1/16), 2.3x for the default rates),
+the compression ``O(n d_in)``. Measured (issue 62): a training step at Table 2's shapes, on the
+accelerator branch, dispatches 1.6x linear attention's operators (772 against 480; the grouped
+path: 7.3x). The target of 1.3x is not met: the router, eq. 9's per-head maps composed with the
+shell's (about 20 operators per layer forward and 45 backward), the multi-resolution landmarks
+(about 20 and 27: one window sum and one zero-pad per head) and the normaliser with its
+straight-through gate (6 and 15) are operators that linear attention does not have. On one CPU
+thread, at N = 4096, the ``H``-fold query projection and read make the stacked path slower than
+the grouped one it replaces (figures in the issue's note).
 """
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Callable, NamedTuple, Sequence
+from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.graph_safe import graph_safe_active
-from attention.masking import key_bias, pad_to_multiple
+from attention.masking import key_bias, neg_fill, pad_to_multiple
 from attention.padding import Padding
 from attention.spec import Grid, Knob, Range, Spec, cap
 
@@ -76,84 +120,6 @@ def window_sums(t: Tensor, size: int, dim: int) -> Tensor:
     """Sums of consecutive windows of ``size`` along ``dim`` (zero-padded: the last is ragged)."""
     t = pad_to_multiple(t, size, dim=dim)
     return t.unflatten(dim, (-1, size)).sum(dim + 1)
-
-
-class Routing(NamedTuple):
-    order: Tensor | None          # [B * N] flat query indices grouped by (head, row), padded last
-    counts: list[int] | None      # group sizes, H * B + 1 (the last: padded queries)
-    p_sel: Tensor | None          # [B * N] router probability of the chosen head (learned router)
-    choice: Tensor | None = None  # graph-safe mode (order, counts None): the head per query [B, N]
-    maybe_padded: bool = True     # graph-safe mode: Padding.any
-
-    @property
-    def padded(self) -> bool:
-        return self.counts[-1] > 0 if self.counts is not None else self.maybe_padded
-
-
-class Memory(NamedTuple):
-    """One AdaMRA head's compressed memory: projected landmark keys ``[B, m_h, d]``, the landmark
-    means ``[B, m_h, d_in]`` that the affine ``value_weight [d_in, d]``, ``value_bias [d]``
-    (eq. 9's ``W^V_h``, composed with the shell's ``W^V`` on the fused path) maps to the values,
-    and landmark validity ``[B, m_h]``."""
-
-    keys: Tensor
-    value_means: Tensor
-    value_weight: Tensor
-    value_bias: Tensor | None
-    valid: Tensor
-
-    def float(self) -> "Memory":
-        """The same memory in float32."""
-        return Memory(*(t.float() if t is not None and t.is_floating_point() else t for t in self))
-
-    def values(self) -> Tensor:
-        v = self.value_means @ self.value_weight
-        return v if self.value_bias is None else v + self.value_bias
-
-    def kernel_state(self, phi: Callable[[Tensor], Tensor], s: int) -> Tensor:
-        """Eq. 7's memory per subhead, ``[B, S, Dh, Dh + 1]``: ``sum_j phi(k~_j) [v~_j^T, 1]``.
-
-        The value map is applied after the sum over landmarks, ``sum_j phi(k~_j) (m_j W + b)^T =
-        (sum_j phi(k~_j) m_j^T) W + (sum_j phi(k~_j)) b^T``: the same numbers without building the
-        ``[B, m_h, d]`` values, and without the ``m_h d Dh`` product that reading them would cost."""
-        fk = phi(self.keys) * self.valid[..., None].to(self.keys.dtype)      # [B, m_h, d]
-        b, _, d = fk.shape
-        dh = d // s
-        z = fk.sum(1).view(b, s, dh, 1)                                       # sum_j phi(k~_j)
-        kv = (fk.transpose(1, 2) @ self.value_means).view(b, s, dh, -1)      # [B, S, Dh, d_in]
-        kv = kv @ self.value_weight.view(-1, s, dh).transpose(0, 1)          # [B, S, Dh, Dh]
-        if self.value_bias is not None:
-            kv = kv + z * self.value_bias.view(s, 1, dh)
-        return torch.cat([kv, z], dim=-1)
-
-
-def _affine(t: Tensor, w: Tensor | None, bias: Tensor | None) -> Tensor:
-    """``t w + bias`` of rows ``t [M, d_in]`` (a query map of :meth:`AdaMRAAttention._head_map`);
-    ``w = None`` is the identity."""
-    if w is None:
-        return t
-    return t @ w if bias is None else torch.addmm(bias, t, w)
-
-
-def _float32_matmul(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b`` of float32 tensors, in float32 whatever autocast is on."""
-    with torch.autocast(a.device.type, enabled=False):
-        return a @ b
-
-
-class Permute(torch.autograd.Function):
-    """``t[perm]`` along dim 0 for a permutation, whose backward is the inverse permutation (a
-    gather, instead of the zero-fill and scatter-add of indexing's backward)."""
-
-    @staticmethod
-    def forward(ctx, t: Tensor, perm: Tensor, inverse: Tensor) -> Tensor:  # noqa: ANN001
-        ctx.save_for_backward(inverse)
-        return t.index_select(0, perm)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # noqa: ANN001
-        (inverse,) = ctx.saved_tensors
-        return grad.index_select(0, inverse), None, None
 
 
 class AdaMRAAttention(Mixer):
@@ -216,12 +182,11 @@ class AdaMRAAttention(Mixer):
             self.register_parameter("head_weight", None)
 
     def random_heads(self, mask: Tensor) -> Tensor:
-        """The random router's head per query ``[B, N]`` (:meth:`Mixer.randint`; graph-safe:
-        ``floor(H u)`` of counter-based uniforms): fresh per token in training; in eval one draw per
-        position (one table of ``max(N, max_len)`` draws from the eval seed), the same for every
-        row, so a sequence's eval output does not depend on the rest of the batch. Draws are
-        position-major over ``max(N, max_len)`` positions and cut to ``N``, so a longer padding only
-        appends draws and never changes a real token's."""
+        """The random router's head per query ``[B, N]`` (:meth:`Mixer.randint`): fresh per token in
+        training; in eval one draw per position (one table of ``max(N, max_len)`` draws from the
+        eval seed), the same for every row, so a sequence's eval output does not depend on the rest
+        of the batch. Draws are position-major over ``max(N, max_len)`` positions and cut to ``N``,
+        so a longer padding only appends draws and never changes a real token's."""
         b, n = mask.shape
         rows = b if self.training else 1
         table = self.randint(self.n_routed, (max(n, self.max_len), rows), mask.device)
@@ -230,169 +195,128 @@ class AdaMRAAttention(Mixer):
     def _phi(self, t: Tensor) -> Tensor:
         return F.relu(t) if self.feature_map == "relu" else F.elu(t) + 1.0
 
-    def _route(self, logits: Tensor | None, pad: Padding) -> Routing:
-        """Eq. 6 and the grouping of real queries by (head, batch row); padded queries go last, to
-        no head. ``logits``: ``F(Q) = QW`` transposed, ``[H, B * N]``, or None for the random router.
-
-        ``order`` lists flat query indices by group (stable, so positions stay ascending); the group
-        sizes come to the host (``H * B + 1`` ints: one ``.tolist()`` per call, the variant's only
-        host sync, needed because the per-head shapes are ragged). They are counted on the device
-        with ``scatter_add``: ``bincount`` would add two syncs of its own. Graph-safe mode groups
-        nothing (:meth:`_attend_dense`); padding is then ``pad.any``."""
-        mask = pad.mask
-        b, n = mask.shape
-        if logits is None:
-            choice, p_sel = self.random_heads(mask), None
-        else:  # heads on dim 0: the softmax and max over H run vectorised along the tokens
-            p_sel, choice = torch.softmax(logits, dim=0).max(0)              # eq. 6
-            choice = choice.view(b, n)
-        if graph_safe_active():   # no grouping: _attend_dense selects each query's head in place
-            return Routing(None, None, p_sel, choice, pad.any)
-        groups = self.n_routed * b
-        row = torch.arange(b, device=mask.device)[:, None]
-        key = torch.where(mask, choice * b + row, groups).reshape(-1)
-        order = torch.argsort(key, stable=True)
-        counts = torch.zeros(groups + 1, dtype=torch.long, device=key.device).scatter_add_(0, key, torch.ones_like(key))
-        return Routing(order, counts.tolist(), p_sel)                        # the one host sync
-
-    def _compressed(self, t: Tensor, mask: Tensor, padded: bool) -> list[tuple[Tensor, Tensor]]:
-        """Per AdaMRA head: masked segment means of ``t`` (``[B, N, D] -> [B, m_h, D]``) and landmark
-        validity ``[B, m_h]``. Coarse windows are summed from finer ones when the sizes nest (1/2,
-        1/8, 1/32 do), so each extra head is cheap. ``padded = False`` skips masking ``t``."""
-        w = mask.to(t.dtype)
-        levels = {1: (t * w[..., None] if padded else t, w)}
-        for size in sorted(set(self.segment_sizes)):
-            base = max(p for p in levels if size % p == 0)
-            sums, cnt = levels[base]
-            levels[size] = (window_sums(sums, size // base, 1), window_sums(cnt, size // base, 1))
-        return [(levels[z][0] / levels[z][1].clamp_min(1.0)[..., None], levels[z][1] > 0) for z in self.segment_sizes]
-
-    def _head_map(self, w: Tensor | None, bias: Tensor | None, h: int, role: int) -> tuple[Tensor | None, Tensor | None]:
-        """The affine map ``t -> t w + bias`` followed by head ``h``'s eq. 9 projection of ``role``
-        (0 q, 1 k, 2 v), as one map; ``w = None`` is the identity."""
-        if self.head_weight is None:
-            return w, bias
-        hw = self.head_weight[h, role]
-        return (hw if w is None else w @ hw), (None if bias is None else bias @ hw)
-
-    def _split(self, t: Tensor) -> Tensor:
-        """``[B, M, S * Dh] -> [B, S, M, Dh]`` (a view)."""
-        return t.unflatten(-1, (self.n_heads, self.head_dim)).transpose(1, 2)
-
     def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
-        mask = pad.mask
         b, s, n, dh = q.shape
-        # [B, S, N, Dh] -> [B, N, S * Dh]: a free view for the shell's tensors (they are head splits)
-        full = lambda t: t.transpose(1, 2).reshape(b, n, s * dh)  # noqa: E731
-        q_full = full(q)
-        q_flat = q_full.reshape(b * n, s * dh)
-        routing = self._route(None if self.route is None else self.route.weight @ q_flat.t(), pad)
-        mems = []
-        for h, (kv, valid) in enumerate(self._compressed(torch.cat([full(k), full(v)], -1), mask, routing.padded)):
-            (wk, _), (wv, _) = self._head_map(None, None, h, 1), self._head_map(None, None, h, 2)
-            kbar, vbar = kv.chunk(2, dim=-1)   # compress first: means and linear maps commute
-            eye = torch.eye(s * dh, dtype=kbar.dtype, device=kbar.device)
-            mems.append(Memory(kbar if wk is None else kbar @ wk, vbar, eye if wv is None else wv, None, valid))
-        q_maps = [self._head_map(None, None, h, 0) for h in range(self.n_routed)]
-        return self._attend(q_flat, q_maps, mems, routing, mask)
+        d = s * dh
+        t = torch.cat([u.transpose(1, 2).reshape(b, n, d) for u in (q, k, v)], -1)   # [B, N, 3 d]
+        # the shell's maps: the identity on the three thirds of [q, k, v], no bias
+        maps = torch.eye(3 * d, 3 * d + 1, dtype=q.dtype, device=q.device).view(3, d, 3 * d + 1)
+        return self._attend(t, pad, maps)
 
     def forward_input(self, x: Tensor, pad: Padding, q_proj: nn.Linear, k_proj: nn.Linear, v_proj: nn.Linear) -> Tensor:
         """``forward`` on the shell's projections, with every linear map applied where it is cheapest.
 
         AdaMRA only ever uses linear images of the shell's ``Q, K, V``: router logits ``Q W``,
-        routed queries ``Q W^Q_h``, segment means of ``K`` and ``V`` times ``W^{K,V}_h``. So it never
+        queries ``Q W^Q_h``, segment means of ``K`` and ``V`` times ``W^{K,V}_h``. So it never
         projects every token: ``X`` is compressed once and the composed maps ``W^K W^K_h`` (with
-        ``b^K W^K_h``) act on the ``m_h`` means, each query is projected by ``W^Q W^Q_h`` in its
-        routed head only, and the router reads ``X (W^Q W)``. Same function and parameters as
-        ``forward`` (tests check values and gradients); it saves the three ``n d^2`` projections."""
+        ``b^K W^K_h``) act on the means, and the queries and the router read ``X`` through the
+        composed ``W^Q W^Q_h`` and ``W^Q W``. Same function and parameters as ``forward`` (tests
+        check values and gradients); it saves the three ``n d^2`` projections of the shell."""
+        projs = (q_proj, k_proj, v_proj)
+        maps = torch.stack([p.weight for p in projs])                             # [3, d, d_in]
+        if q_proj.bias is None:
+            maps = F.pad(maps, (0, 1))
+        else:
+            maps = torch.cat([maps, torch.stack([p.bias for p in projs]).unsqueeze(-1)], -1)
+        return self._attend(x, pad, maps)
+
+    def _compressed(self, t: Tensor, mask: Tensor, padded: bool) -> list[Tensor]:
+        """Per AdaMRA head ``[B, m_h, D + 1]``: masked segment sums of ``t [B, N, D]`` and, in the
+        last column, the number of real tokens of the window. Coarse windows are summed from finer
+        ones when the sizes nest (1/2, 1/8, 1/32 do), so each extra head is cheap. ``padded =
+        False`` skips masking ``t``."""
+        w = mask.to(t.dtype)[..., None]
+        levels = {1: torch.cat([t * w if padded else t, w], -1)}        # sums and counts together
+        for size in sorted(set(self.segment_sizes)):
+            base = max(p for p in levels if size % p == 0)
+            levels[size] = window_sums(levels[base], size // base, 1)
+        return [levels[z] for z in self.segment_sizes]
+
+    def _attend(self, t: Tensor, pad: Padding, maps: Tensor) -> Tensor:
+        """Eqs. 6-9 for every query of ``t [B, N, D]``, whose queries, keys and values are the shell's
+        affine maps of ``t`` before eq. 9, ``maps [3 (q, k, v), d, D + 1]`` (``nn.Linear``'s weight
+        with the bias as its last column). Returns ``[B, S, N, Dh]`` (see the module's Computation)."""
         mask = pad.mask
-        b, n, _ = x.shape
-        rows, bq = x.reshape(b * n, -1), q_proj.bias
-        logits = None
-        if self.route is not None:
-            w = self.route.weight @ q_proj.weight
-            logits = w @ rows.t() if bq is None else torch.addmm((self.route.weight @ bq)[:, None], w, rows.t())
-        routing = self._route(logits, pad)
-        mems = []
-        for h, (xbar, valid) in enumerate(self._compressed(x, mask, routing.padded)):
-            wk, bk = self._head_map(k_proj.weight.t(), k_proj.bias, h, 1)
-            wv, bv = self._head_map(v_proj.weight.t(), v_proj.bias, h, 2)
-            keys = (xbar @ wk if bk is None else torch.addmm(bk, xbar.flatten(0, 1), wk).view(b, -1, wk.shape[-1]))
-            mems.append(Memory(keys, xbar, wv, bv, valid))
-        q_maps = [self._head_map(q_proj.weight.t(), bq, h, 0) for h in range(self.n_routed)]
-        return self._attend(rows, q_maps, mems, routing, mask)
-
-    def _attend(
-        self, rows: Tensor, q_maps: list[tuple[Tensor | None, Tensor | None]],
-        mems: list[Memory], routing: Routing, mask: Tensor,
-    ) -> Tensor:
-        """Eq. 7 for every routed query. ``rows``: ``[B * N, d_in]`` that ``q_maps[h]`` (affine,
-        None = identity) maps to head ``h``'s queries; ``mems[h]`` is head ``h``'s compressed memory.
-        Returns ``[B, S, N, Dh]``.
-
-        One stable sort (:meth:`_route`) groups the real queries by (head, batch row); padded
-        queries join no head and output zero. The rows are permuted once into those groups; each
-        group is one contiguous slice, projected by its head's ``q_maps[h]`` (each query once, in
-        its routed head), that reads its row's memory ``[phi(K~)^T V~ | phi(K~)^T 1]`` (numerator
-        and normaliser, :meth:`_head_read`) with one batched (over subheads) product, with no
-        padding and no scatter; one inverse permutation restores sequence order. Both
-        permutations are gathers (:class:`Permute`). The loop runs over the ``H * B`` groups
-        (never over tokens). The router's straight-through factor multiplies the per-query
-        ``1 / normaliser``, not the output (:meth:`_normalise`)."""
-        if routing.counts is None:
-            return self._attend_dense(rows, q_maps, mems, routing, mask)
         b, n = mask.shape
-        s, dh = self.n_heads, self.head_dim
-        order, counts = routing.order, routing.counts
-        inverse = torch.empty_like(order).scatter_(0, order, torch.arange(b * n, device=mask.device))
-        per_head = [sum(counts[h * b:(h + 1) * b]) for h in range(self.n_routed)] + [counts[-1]]
-        grouped = Permute.apply(rows, order, inverse).split(per_head)         # rows by (head, row)
-        width = dh if self.feature_map == "softmax" else dh + 1              # + 1: eq. 7's normaliser
-        wide = self._wide(rows)
-        outs = []
-        for h, (mem, (wq, bq)) in enumerate(zip(mems, q_maps)):
-            if per_head[h] == 0:
-                continue
-            qg = _affine(grouped[h], wq, bq)                                 # routed queries only, eq. 9
-            qg, read = self._head_read(qg.view(-1, s, dh).transpose(0, 1), mem, wide)   # [S, c_h, Dh]
-            for i, q_row in enumerate(qg.split(counts[h * b:(h + 1) * b], dim=1)):
-                if q_row.shape[1]:
-                    outs.append(read(q_row, i).transpose(0, 1))              # [c_(h,i), S, width]
-        outs.append(rows.new_zeros(counts[-1], s, width))                    # padded queries
-        out = torch.cat(outs)                                                # [B * N, S, width], grouped
-        p_sel = None if routing.p_sel is None else routing.p_sel.index_select(0, order)[:, None, None]
-        out = self._normalise(out, p_sel)
-        if wide:
-            out = out.to(rows.dtype)             # a weighted mean of values: float16 holds it
-        out = Permute.apply(out, inverse, order)
-        return out.view(b, n, s, dh).transpose(1, 2)                          # [B, S, N, Dh] view
-
-    def _head_read(self, q: Tensor, mem: Memory, wide: bool) -> tuple[Tensor, Callable[[Tensor, int | slice], Tensor]]:
-        """One head's read of its memory, shared by both dispatches: eq. 7's kernel read
-        ``phi(q)^T [phi(K~)^T V~ | phi(K~)^T 1]`` (numerator and normaliser, ``width = Dh + 1``), or
-        Table 5's softmax ablation, exact softmax over the valid landmarks with ``1/sqrt(d_k)``
-        (``width = Dh``). The memory's state and the query features are built once per head.
-
-        Returns the queries as the read takes them (``phi(q)`` for a kernel map) and ``read(part,
-        i)``: queries ``part [..., S, M, Dh]`` against batch row ``i`` of the memory, ``[..., S, M,
-        width]``; ``i = slice(None)`` reads every row ``[B, S, N, Dh]`` against its own. ``wide``
-        (:meth:`_wide`): the kernel state, the features and the read in float32."""
-        dh = self.head_dim
+        hs, s, dh = self.n_routed, self.n_heads, self.head_dim
+        rows = t.flatten(0, 1)
+        # eq. 9 composed with the shell's maps: [H, 3, d, D + 1] (without head_proj: [1, 3, d, D + 1])
+        heads = maps[None] if self.head_weight is None else self.head_weight.transpose(-1, -2) @ maps
+        if self.route is not None:                                          # eq. 6
+            wr = self.route.weight @ maps[0]
+            p_sel, choice = torch.softmax(F.linear(rows, wr[:, :-1], wr[:, -1]), -1).max(-1)
+        else:
+            choice, p_sel = self.random_heads(mask).reshape(-1), None
+        # each real query's routed head, one-hot [B N, H]; a padded query has none
+        routed = choice[:, None] == torch.arange(hs, device=choice.device)
+        if pad.any:
+            routed = routed & mask.reshape(-1, 1)
+        # every query in every head, subhead-major: [S, B N, H Dh], one matmul batched over subheads, of
+        # the rows [t, 1] (the bias row) and, for a kernel map, [1 - routed] times a large negative on
+        # each head's columns: phi(q) is then exactly 0 (ReLU 0, ELU + 1 0, no gradient) outside the
+        # routed head, with no pass of its own over the [S, B N, H Dh] features
+        wq = heads[:, 0].unflatten(1, (s, dh)).permute(1, 3, 0, 2).expand(s, -1, hs, dh).reshape(s, -1, hs * dh)
+        rows1 = torch.cat([rows, rows.new_ones(b * n, 1)] + ([] if self.feature_map == "softmax" else [~routed]), 1)
+        if self.feature_map != "softmax":
+            dev = rows.device.type
+            big = neg_fill(torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else rows.dtype)
+            block = torch.eye(hs, dtype=wq.dtype, device=wq.device)[:, :, None].expand(-1, -1, dh).reshape(hs, -1) * big
+            wq = torch.cat([wq, block.expand(s, -1, -1)], 1)
+        queries = torch.bmm(rows1.to(wq.dtype).expand(s, -1, -1), wq)
+        routed = routed.to(rows.dtype)
+        # landmarks per head [B, m_h, D + 1]; on an accelerator zero-padded to the finest head's count
+        # and stacked, [B, H, m_1, D + 1] (one matmul per step for all heads); on CPU at their sizes
+        lm, wk, wv = self._compressed(t, mask, pad.any), heads[:, 1], heads[:, 2]   # maps [H or 1, d, D + 1]
+        per_head = self.on_cpu and self.feature_map != "softmax"
+        if not per_head:
+            m = max(a.shape[1] for a in lm)
+            lm, wks = [torch.stack([F.pad(a, (0, 0, 0, m - a.shape[1])) for a in lm], 1)], [wk]
+        else:
+            wks = wk.expand(hs, -1, -1).unbind(0)
+        lm = [a / a[..., -1:].detach().clamp_min(1.0) for a in lm]   # means; count column: 1 landmark, 0 none
         if self.feature_map == "softmax":
-            kc, vc, bias = self._split(mem.keys), self._split(mem.values()), key_bias(mem.valid, q.dtype)
-            return q, lambda part, i: torch.softmax(part @ kc[i].transpose(-1, -2) / math.sqrt(dh) + bias[i], -1) @ vc[i]
-        with torch.autocast(q.device.type, enabled=False) if wide else contextlib.nullcontext():
-            kvz = (mem.float() if wide else mem).kernel_state(self._phi, self.n_heads)   # [B, S, Dh, Dh + 1]
-            fq = self._phi(q.float() if wide else q)
-        return fq, lambda part, i: part @ kvz[i] if not wide else _float32_matmul(part, kvz[i])
+            q5 = queries.view(s, b, n, hs, dh).permute(1, 3, 0, 2, 4)                # [B, H, S, N, Dh]
+            out = self._softmax_read(q5, lm[0] @ wk.transpose(-1, -2), lm[0] @ wv.transpose(-1, -2), lm[0][..., -1] > 0)
+            out = (out * routed.view(b, n, hs).transpose(1, 2)[:, :, None, :, None]).sum(1)   # [B, S, N, Dh]
+        else:
+            wide = self._wide(rows)
+            with torch.autocast(rows.device.type, enabled=False) if wide else contextlib.nullcontext():
+                if wide:
+                    queries, wv = queries.float(), wv.float()
+                    lm, wks = [a.float() for a in lm], [w.float() for w in wks]
+                kvz = [self._phi(a @ w.transpose(-1, -2)).transpose(-1, -2) @ a for a, w in zip(lm, wks)]
+                kvz = torch.stack(kvz, 1) if per_head else kvz[0]   # [B, H, d, D + 1]: phi(K~)^T [M~ | 1]
+                # value map per subhead with a unit row for the normaliser: [H or 1, S, Dh + 1, D + 1]
+                wv = wv.unflatten(-2, (s, dh))
+                unit = F.pad(wv.new_ones(1, 1), (wv.shape[-1] - 1, 0))     # [0 ... 0 1]: picks the count
+                wv = torch.cat([wv, unit.expand(*wv.shape[:-2], 1, -1)], -2)
+                state = kvz.unflatten(2, (s, dh)) @ wv.transpose(-1, -2)   # [B, H, S, Dh, Dh + 1], eq. 7's memory
+                width = state.shape[-1]
+                # every query reads every head's state in one matmul per (subhead, row); its features are
+                # zero outside its routed head, so the product is the routed head's read
+                state = state.permute(2, 0, 1, 3, 4).reshape(s * b, hs * dh, width)
+                out = torch.bmm(self._phi(queries).view(s * b, n, hs * dh), state).view(s, b, n, width).transpose(0, 1)
+        out = self._normalise(out, None if p_sel is None else p_sel.view(b, 1, n, 1))
+        return out.to(t.dtype) if out.dtype != t.dtype else out
+
+    def _softmax_read(self, queries: Tensor, keys: Tensor, values: Tensor, valid: Tensor) -> Tensor:
+        """Table 5's softmax ablation: exact softmax over each head's valid landmarks, with
+        ``1/sqrt(d_k)``. ``queries [B, H, S, N, Dh]``, ``keys``/``values [B, H, m_1, d]``, ``valid
+        [B, H, m_1]``; returns ``[B, H, S, N, Dh]``."""
+        b, hs, m, _ = keys.shape
+        split = lambda t: t.view(b, hs, m, self.n_heads, self.head_dim).transpose(2, 3)  # noqa: E731
+        bias = key_bias(valid.flatten(0, 1), queries.dtype).view(b, hs, 1, 1, m)
+        scores = queries @ split(keys).transpose(-1, -2) / math.sqrt(self.head_dim) + bias
+        return torch.softmax(scores, -1) @ split(values)
 
     def _wide(self, rows: Tensor) -> bool:
-        """Whether the ReLU read and its normalisation run in float32: in float16
+        """Whether the kernel read and its normalisation run in float32: in float16
         (``trainer.precision=16-mixed`` or a half model) ``1 / eps`` exceeds the range, so the
         gradient that the clamp sends to the numerator of a query with a zero normaliser would be
-        infinite (and NaN once multiplied by its zero features)."""
+        infinite (and NaN once multiplied by its zero features). A padded query (it reads no head)
+        has a zero normaliser under either map, a ReLU query that misses every landmark also."""
         dev = rows.device.type
-        return self.feature_map == "relu" and torch.float16 in (
+        return self.feature_map != "softmax" and torch.float16 in (
             rows.dtype, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None)
 
     def _normalise(self, out: Tensor, p_sel: Tensor | None) -> Tensor:
@@ -400,7 +324,8 @@ class AdaMRAAttention(Mixer):
         straight-through: the routed head's output times ``P_{i,h*} / stopgrad(P_{i,h*})``, which is
         exactly 1 in value (so the oracle tests of eq. 7 hold exactly). It multiplies the per-query
         factor 1 / normaliser, not the output. ``p_sel`` broadcasts against ``out`` (None: the
-        random router, no gradient).
+        random router, no gradient). A padded query read nothing (numerator and normaliser 0), so
+        the clamp gives it a zero output and no gradient.
 
         The backward pass gives the router ``(G_i . out_i) * grad log P_{i,h*}`` (``G_i`` the output
         gradient): the Switch/MoE gate gradient of ``P_{i,h*} * out_i``, ``(G_i . out_i) * grad
@@ -416,30 +341,3 @@ class AdaMRAAttention(Mixer):
             out, den = out.split([self.head_dim, 1], dim=-1)
             scale = (1.0 if scale is None else scale) / den.clamp_min(self.eps)
         return out if scale is None else out * scale
-
-    def _attend_dense(
-        self, rows: Tensor, q_maps: list[tuple[Tensor | None, Tensor | None]],
-        mems: list[Memory], routing: Routing, mask: Tensor,
-    ) -> Tensor:
-        """:meth:`_attend` with static shapes (graph-safe mode: ``torch.compile``, no host read),
-        which cannot have the dispatch's ragged group sizes, so it uses their static bound: every
-        head's capacity is all ``B * N`` queries. Each query is projected into every head and reads
-        every head's memory of its row (``[B, S, N, Dh (+1)]`` per head, no permutation), and
-        ``torch.where`` on ``choice == h`` (and the mask: padded queries join no head and output
-        zero) keeps the routed head's read; the straight-through scale and the normaliser then act
-        as in :meth:`_attend`. The values (and gradients: a non-routed read gets zero gradient) are
-        the dispatched ones up to float rounding; the cost is ``H`` times the query projections and
-        kernel reads (``O(H n d^2)``)."""
-        b, n = mask.shape
-        wide = self._wide(rows)
-        routed = routing.choice                                              # [B, N]
-        out = None
-        for h, (mem, (wq, bq)) in enumerate(zip(mems, q_maps)):
-            qh = self._split(_affine(rows, wq, bq).view(b, n, -1))           # eq. 9: [B, S, N, Dh]
-            qh, read = self._head_read(qh, mem, wide)
-            here = ((routed == h) & mask)[:, None, :, None]
-            out = torch.where(here, read(qh, slice(None)), 0.0 if out is None else out)   # [B, S, N, width]
-        out = self._normalise(out, None if routing.p_sel is None else routing.p_sel.view(b, 1, n, 1))
-        if wide:
-            out = out.to(rows.dtype)
-        return out

@@ -47,9 +47,11 @@ def test_segment_means_ragged_and_padding_excluded():
     mixer = make_mixer("adamra", rates=[1 / 2, 1 / 8])
     t = torch.randn(2, 37, 4)
     mask = lengths_mask([37, 19], n=37)
-    (_, _), (means, valid) = mixer._compressed(t, mask, padded=True)  # 1/8 is summed from the 1/2 windows
+    _, coarse = mixer._compressed(t, mask, padded=True)  # 1/8 is summed from the 1/2 windows
+    sums, count = coarse[..., :-1], coarse[..., -1]       # the last column: real tokens per window
+    means = sums / count[..., None].clamp_min(1.0)
     assert means.shape == (2, 5, 4)
-    assert valid.tolist() == [[True] * 5, [True, True, True, False, False]]
+    assert count.tolist() == [[8.0] * 4 + [5.0], [8.0, 8.0, 3.0, 0.0, 0.0]]
     torch.testing.assert_close(means[0, 4], t[0, 32:].mean(0))      # ragged last window: 5 tokens
     torch.testing.assert_close(means[1, 2], t[1, 16:19].mean(0))    # padding not counted
     assert torch.equal(means[1, 3:], torch.zeros(2, 4))

@@ -9,6 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from attention.adamra import AdaMRAAttention
+from attention.base import emulate_accelerator
 from attention.padding import Padding
 from attention.registry import CONF_DIR, build_mixer
 from attention.shell import MultiHeadAttention
@@ -67,6 +68,34 @@ def test_fused_shell_path_matches_reference(name, padding, mode):
     x = inputs["x"]
     want = grads_of(lambda: (adamra_reference(mixer, split(shell.q_proj(x)), split(shell.k_proj(x)),
                                               split(shell.v_proj(x)), mask, heads), None), inputs, shell)
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("path", ["mixer", "shell"])
+@pytest.mark.parametrize("name", CONFIGS)
+def test_accelerator_memories_match_reference(name, path):
+    """The memories as an accelerator builds them (every head's landmarks zero-padded to the finest
+    head's count and stacked, :func:`emulate_accelerator`; on CPU they are built per head at their
+    sizes), padded batch, training mode, through ``forward`` and the shell's ``forward_input``."""
+    torch.manual_seed(0)
+    shell = MultiHeadAttention(16, 2, build_mixer(name), max_len=64).double().to(DEVICE).train()
+    mixer = emulate_accelerator(shell).mixer
+    assert not mixer.on_cpu
+    with torch.no_grad():
+        mixer.head_weight.add_(0.3 * torch.randn(mixer.head_weight.shape, dtype=torch.float64).to(DEVICE))
+    inputs, mask = float64_inputs(MASKS["padded"], N)
+    split = lambda t: t.view(len(mask), N, 2, 8).transpose(1, 2)  # noqa: E731
+    if path == "shell":
+        inputs = {"x": inputs["x"]}
+        qkv = lambda: [split(p(inputs["x"])) for p in (shell.q_proj, shell.k_proj, shell.v_proj)]  # noqa: E731
+        run = lambda: mixer.forward_input(inputs["x"], Padding.of(mask), shell.q_proj, shell.k_proj, shell.v_proj)  # noqa: E731
+    else:
+        qkv = lambda: [inputs["q"], inputs["k"], inputs["v"]]  # noqa: E731
+        run = lambda: mixer(inputs["q"], inputs["k"], inputs["v"], mask, inputs["x"])  # noqa: E731
+    draws = record_calls(mixer, "random_heads")
+    got = grads_of(lambda: (run(), None), inputs, shell)
+    heads = draws[-1] if draws else None
+    want = grads_of(lambda: (adamra_reference(mixer, *qkv(), mask, heads), None), inputs, shell)
     assert_same(got, want)
 
 

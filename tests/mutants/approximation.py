@@ -29,6 +29,6 @@ MUTANTS = [
     Mutant("approximation-performer-data-scale", "attention/performer.py",
            "scale = self.head_dim ** -0.25 * (ratio", "scale = self.head_dim ** -0.2 * (ratio",
            "FAVOR+ input scaled by d^-1/5: the features estimate another kernel, a bias no m removes", T),
-    Mutant("approximation-adamra-softmax-unscaled", "attention/adamra.py", "/ math.sqrt(dh) + bias[i]", "+ bias[i]",
+    Mutant("approximation-adamra-softmax-unscaled", "attention/adamra.py", "/ math.sqrt(self.head_dim) + bias", "+ bias",
            "AdaMRA's softmax ablation without 1/sqrt(d_k): not exact at full resolution", T),
 ]

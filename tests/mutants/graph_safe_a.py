@@ -12,9 +12,9 @@ MUTANTS = [
            "Mixer.randint floor((n - 1) u) never draws n - 1: ABC_RD never picks its "
            "last slot", ABC),
     Mutant("graph-safe-adamra-padded-queries-routed", "attention/adamra.py",
-           "            here = ((routed == h) & mask)[:, None, :, None]",
-           "            here = (routed == h)[:, None, :, None]",
-           "the static-shape dispatch keeps the routed head's read at padded queries (non-zero output "
+           "            routed = routed & mask.reshape(-1, 1)\n",
+           "            routed = routed\n",
+           "the stacked-heads path keeps the routed head's read at padded queries (non-zero output "
            "there, and their gradient flows into the projections and the router)", ADAMRA),
     Mutant("graph-safe-adamra-random-router-subheads-bound", "attention/base.py",
            "        return (u * high).long().clamp_max(high - 1)",
