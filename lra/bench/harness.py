@@ -180,7 +180,8 @@ def check_settings(b: Any) -> None:
         if b.get(key) is not None:
             _count(b, key, low, example=examples[key])
     if compile_mode(b.get("compile")) and int(b.get("warmup") or 0) < 1:
-        raise ConfigError("bench.compile needs bench.warmup >= 1: the first step compiles, and must not be timed")
+        raise ConfigError(f"bench.compile={str(b.get('compile')).lower()} needs bench.warmup >= 1: the first step "
+                          "compiles, and must not be timed")
     min_time = b.get("min_time_s")
     if min_time is not None and (isinstance(min_time, bool) or not isinstance(min_time, (int, float)) or min_time < 0):
         raise ConfigError(f"bench.min_time_s={min_time!r} is invalid: it must be a number of seconds >= 0, e.g. bench.min_time_s=3.0")
