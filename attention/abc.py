@@ -88,6 +88,7 @@ class ABCAttention(Mixer):
         ranges={"memory_size": int_range(1, 12)}, knobs=(Knob("memory_size", (16, 32, 64, 128, 256)),),
         draws=lambda s: s["control"] == "random", small={"memory_size": 8},
         documented=("memory_size", "control", "normalize"), representative="abc_rd")
+
     def __init__(
         self,
         n_heads: int,

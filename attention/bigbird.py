@@ -72,6 +72,7 @@ class BigBirdAttention(Mixer):
         documented=lambda m, o, heads, max_len: [
             *((k, getattr(m, k), o[k]) for k in ("block_size", "num_random_blocks", "window_blocks")),
             ("plan", tuple(m.rand_priority.shape), (heads, *2 * (-(-max_len // o["block_size"]),)))])
+
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, block_size: int = 64,
                  num_random_blocks: int = 3, window_blocks: int = 3) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)

@@ -116,6 +116,7 @@ class LinearAttention(Mixer):
                 draws=False, small={}, documented=("eps",),
                 peers=(Peer("linear", "fast-transformers LinearAttention", *FT, "elu+1, eps=1e-6", "peer_linear_ft",
                             "align_ft"),))
+
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, eps: float = 1e-6,
                  normaliser: str = "row") -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)

@@ -47,6 +47,7 @@ class LinformerAttention(Mixer):
                                                          ("share_kv", m.proj_v is None, o["share_kv"])],
                 peers=(Peer("linformer", "linformer LinformerSelfAttention", "linformer", "linformer", "k=256",
                             "peer_linformer", "align_linformer", biases=(False, True)),))
+
     def __init__(
         self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, k: int = 256, share_kv: bool = False,
     ) -> None:

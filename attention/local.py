@@ -42,6 +42,7 @@ class LocalAttention(Mixer):
                 documented=("block_size", "window"),
                 peers=(Peer("local", "local-attention LocalAttention", "local-attention", "local_attention",
                             "window 64, look_backward=1, look_forward=1", "peer_local", "align_projected"),))
+
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0,
                  block_size: int = 64, window: int = 1) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)

@@ -43,6 +43,7 @@ class LongformerAttention(Mixer):
                           unit=lambda r: cap(max(1, r["window"] // 2))),
                 ranges={"window": int_range(0, 16)}, knobs=(Knob("window", (32, 64, 128, 256, 512)),), draws=False,
                 small={"window": 8}, documented=("window",))
+
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, window: int = 128) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
         require_non_negative(window=window)

@@ -224,6 +224,7 @@ class NystromAttention(Mixer):
         peers=(Peer("nystromformer", "nystrom-attention NystromAttention", "nystrom-attention", "nystrom_attention",
                     "landmarks=32 pinv_iterations=6 conv kernel 33", "peer_nystrom", "align_nystrom",
                     agree_tol=1e-5, biases=(False, True)),))  # pinv started from a max over batch and heads: ~3e-7
+
     def __init__(
         self,
         n_heads: int,

@@ -109,6 +109,7 @@ class PerformerAttention(Mixer):
                     "nb_features=256 softmax kernel", "peer_performer", "align_performer",
                     agree_overrides={"eps": 1e-4}),),
         configs={"performer_32": {"knobs": (Knob("nb_features", (16, 32, 64, 128, 256)),), "small": {}}})
+
     def __init__(
         self,
         n_heads: int,

@@ -145,6 +145,7 @@ class RoutingAttention(Mixer):
         peers=(Peer("routing", "routing-transformer SelfAttention", "routing-transformer", "routing_transformer",
                     "h/2 local heads (window 256, own block), k=round(sqrt(N)) clusters of N/k", "peer_routing",
                     why_not="k-means centroids and memory keys initialised by the peer", biases=(True, False)),))
+
     def __init__(
         self,
         n_heads: int,

@@ -193,6 +193,7 @@ class SinkhornAttention(Mixer):
                     "sinkhorn_transformer", "bucket 32, 7 iterations, temperature 0.75, Gumbel-Sinkhorn", "peer_sinkhorn",
                     why_not="Gumbel noise, and a different sorting network (ours: MLP on block means)",
                     biases=(False, True)),))
+
     def __init__(
         self,
         n_heads: int,

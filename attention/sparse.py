@@ -69,6 +69,7 @@ class SparseTransformerAttention(Mixer):
             ("stride", m.stride, max(1, round(max_len ** 0.5)) if o["stride"] is None else o["stride"]),
             ("summary", m.summary, min(o.get("summary", 8), m.stride))],
         representative="sparse_strided")
+
     def __init__(self, n_heads: int, head_dim: int, max_len: int, layer_idx: int = 0, pattern: str = "fixed",
                  stride: int | None = None, summary: int = 8) -> None:
         super().__init__(n_heads, head_dim, max_len, layer_idx)
