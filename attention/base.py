@@ -6,7 +6,8 @@ projections and head splitting; a mixer only mixes tokens per head::
     mixer(q, k, v, pad, x) -> out             # q, k, v, out: [B, H, N, Dh]; pad: Padding
 
 ``pad`` (:class:`attention.padding.Padding`) carries the bool mask ``[B, N]`` (True for real
-tokens), its lengths, and whether the batch has padding at all, decided once per batch on the host. Rules every mixer keeps (tests check them for all variants):
+tokens), its lengths, and whether the batch has padding at all, decided once per batch on the
+host. Rules every mixer keeps (tests check them for all variants):
 
 * padded keys never receive weight; outputs at real positions do not depend on padded tokens;
 * a fully padded row gives finite output (zeros), never NaN;
