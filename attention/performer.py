@@ -207,9 +207,19 @@ class PerformerAttention(Mixer):
         return phi if mask is None or is_query else phi * mask[:, None, :, None].to(phi.dtype)
 
     def forward(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding, x: Tensor) -> Tensor:
-        mask = pad.mask
         if self.training:
             self._count_and_redraw()
+        dev = q.device.type
+        if self.kernel == "softmax" and torch.float16 in (
+                q.dtype, torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else None):
+            # float16's range cannot hold exp features and their normaliser (a tiny normaliser
+            # overflows 1 / den, inf gradients); bfloat16's can. Same values, computed in float32.
+            with torch.autocast(dev, enabled=False):
+                return self._attend(q.float(), k.float(), v.float(), pad).to(q.dtype)
+        return self._attend(q, k, v, pad)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, pad: Padding) -> Tensor:
+        mask = pad.mask
         e_q, c = self._features(q, True, None)                                 # [B, H, N, m]
         keys, weight = mask, mask.to(v.dtype)
         if self.padded_keys == "zero_keys":   # one zero key (v = 0) stands for the port's padded ones

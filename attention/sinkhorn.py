@@ -106,8 +106,7 @@ class _SortedBlockAttention(torch.autograd.Function):
         rows = b * h * nb
         with torch.autocast(q.device.type, enabled=False):
             keys, values = _with_sorted_into(k, keep, s, inv), _with_sorted_into(v, keep, s, inv)
-            qf = q.new_empty(rows, bs, d)
-            torch.mul(q, scale, out=qf.view(q.shape))
+            qf = (q * scale).reshape(rows, bs, d)
             logits = torch.baddbmm(bias.reshape(rows, 1, 2 * bs), qf, keys.view(rows, 2 * bs, d).transpose(1, 2))
             w = torch.softmax(logits, -1)
             del logits
@@ -140,10 +139,10 @@ class _SortedBlockAttention(torch.autograd.Function):
                 ds_v, di_v = _sorted_backward(wr, do, vg[sl], keep_sl, sg[sl], invg[sl], dv[sl])
                 dl = torch.bmm(do, vw.transpose(1, 2)).sub_(row_dot).mul_(wr)      # softmax backward
                 d_bias[sl] = dl.view(-1, nb, bs, bs2).sum(2)
-                torch.bmm(dl, kw, out=rows(dq)).mul_(ctx.scale)
+                rows(dq).copy_(torch.bmm(dl, kw)).mul_(ctx.scale)
                 ds_k, di_k = _sorted_backward(dl, rows(qg), kg[sl], keep_sl, sg[sl], invg[sl], dk[sl])  # qf is scaled
-                torch.add(ds_k, ds_v, out=ds[sl])
-                torch.add(di_k, di_v, out=d_inv[sl])
+                ds[sl] = ds_k + ds_v
+                d_inv[sl] = di_k + di_v
         shape = (b, h, nb)
         grads = (dq.view(*shape, bs, d), dk.view(*shape, bs, d), dv.view(*shape, bs, d), None, ds.view(*shape, nb),
                  d_inv.view(*shape, bs), d_bias.view(*shape, bs2), None, None)
@@ -163,7 +162,7 @@ def _sorted_backward(p: Tensor, x: Tensor, buf: Tensor, keep: Tensor | None, s: 
     d_inv = (d_mixed * mixed).sum(-1) / inv                                  # mixed = mixture * inv
     d_mix = d_mixed.mul_(inv[..., None]).view(g, nb, bs * d)
     d_s = d_mix @ own.reshape(g, nb, bs * d).transpose(-1, -2)
-    torch.bmm(s.transpose(-1, -2), d_mix, out=d_own.view(g, nb, bs * d))
+    d_own.view(g, nb, bs * d).copy_(torch.bmm(s.transpose(-1, -2), d_mix))
     del d_mixed, d_mix
     d_own.view(-1, bs, d).baddbmm_(p[..., :bs].transpose(1, 2), x)
     if keep is not None:
@@ -229,8 +228,9 @@ class SinkhornAttention(Mixer):
         if self.training and self.gumbel_noise:
             # Drawn at the size of max_len and cut, so a block's noise does not depend on the padding.
             full = (*logits.shape[:-2], self.max_blocks, self.max_blocks)
-            u = self.rand(full, logits.device, logits.dtype)[..., :n_b, :n_b]
-            logits = logits - torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6)))
+            # drawn and transformed in float32 at least: in bfloat16 u rounds to 1 and log(-log u) is -inf
+            u = self.rand(full, logits.device, torch.promote_types(logits.dtype, torch.float32))[..., :n_b, :n_b]
+            logits = logits - torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6))).to(logits.dtype)
         logits = logits / self.temperature
         pair = (block_valid[:, :, None] & block_valid[:, None, :])[:, None]
         eye = torch.eye(n_b, dtype=torch.bool, device=logits.device)

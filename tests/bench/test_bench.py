@@ -202,9 +202,9 @@ def test_cli_refuses_bad_arguments_in_argparse_words(capsys):
 @pytest.mark.slow
 def test_dispatch_counts_are_recorded_and_tell_launch_bound_variants_apart(monkeypatch):
     """One profiled step after the timed ones counts the operators a step dispatches: a count, the
-    same on every measurement, and AdaMRA's eager step dispatches several times softmax's (what its
-    flat step time on the H200 points to: results/efficiency-h200/README.md). A profiler that fails
-    costs the diagnostic, not the measurement."""
+    same on every measurement, and AdaMRA's eager step dispatches more than softmax's (several times
+    as many before issue 62 stacked its heads: what its flat step time on the H200 pointed to,
+    results/efficiency-h200/README.md). A profiler that fails costs the diagnostic, not the measurement."""
     counts = {}
     for name in ("softmax", "adamra_t2a", "adamra_t2a"):
         _, specs = bench.plan(compose("model=tiny", "bench.lengths=[32]", "bench.repeats=1", "bench.warmup=1",
@@ -216,9 +216,9 @@ def test_dispatch_counts_are_recorded_and_tell_launch_bound_variants_apart(monke
         assert f"{r['dispatches']['outermost_aten_ops']} outermost aten ops" in bench._line(name, r)
         counts.setdefault(name, []).append(r["dispatches"]["outermost_aten_ops"])
     assert counts["adamra_t2a"][0] == counts["adamra_t2a"][1]
-    assert counts["adamra_t2a"][0] > 2 * counts["softmax"][0] > 0, counts
+    assert counts["adamra_t2a"][0] > counts["softmax"][0] > 0, counts
 
-    def broken(step, device, batch):
+    def broken(step, device, batch, model):
         raise RuntimeError("no profiler here")
 
     monkeypatch.setattr(bench, "count_dispatches", broken)

@@ -65,8 +65,8 @@ MUTANTS = [
            "Householder QR without the sign fix: the first row of every block points into one "
            "half-space (Q[0, 0] < 0 always)", PERFORMER),
     Mutant("graph-safe-d-sinkhorn-gumbel-mirrored", "attention/sinkhorn.py",
-           "            logits = logits - torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6)))",
-           "            logits = logits + torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6)))",
+           "            logits = logits - torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6))).to(logits.dtype)",
+           "            logits = logits + torch.log(-torch.log(u.clamp(1e-6, 1 - 1e-6))).to(logits.dtype)",
            "Gumbel noise with the wrong sign: log(-log u) is the mirrored Gumbel (a long left tail)",
            SINKHORN),
 ]
