@@ -121,3 +121,18 @@ def test_performer_port_stabiliser_takes_the_zero_keys_projection_into_its_max()
         out = mixer(q, k, v, mask, x)
     expected = ref.performer_attention(q, k, v, mask, w, "softmax", 1e-2, port_width=64)
     torch.testing.assert_close(out, expected, atol=1e-11, rtol=1e-9)
+
+
+@pytest.mark.parametrize("orthogonal", [True, False])
+def test_performer_orthogonal_setting_decides_the_feature_rows(orthogonal):
+    """``orthogonal: true`` draws orthogonal blocks of ``d`` rows (FAVOR+); ``false`` i.i.d. Gaussian
+    rows, whose Gram matrix within a block is far from diagonal."""
+    mixer = make_mixer("performer", nb_features=16, orthogonal=orthogonal).to(DEVICE, F64).train()
+    q, k, v, x = (t.detach() for t in inputs("performer", 2, 11))
+    with torch.no_grad():
+        mixer(q, k, v, lengths_mask([11, 6], 11).to(DEVICE), x)
+    d = mixer.head_dim
+    block = mixer.features[:d].to(F64)                                   # [d, d]: the first block's rows
+    gram = block @ block.T
+    off = (gram - torch.diag(torch.diagonal(gram))).abs().max() / torch.diagonal(gram).max()
+    assert (off < 1e-5) if orthogonal else (off > 0.05), f"orthogonal={orthogonal}: off-diagonal Gram {float(off):.3g}"
