@@ -23,11 +23,10 @@ from torch import Tensor
 
 @dataclass(frozen=True, eq=False)
 class Padding:
-    """``mask``: ``[B, N]`` bool, True = real token; ``lengths``: ``[B]`` real tokens per row (on the
-    mask's device, computed once per batch); ``any``: whether some position is padded."""
+    """``mask``: ``[B, N]`` bool, True = real token; ``any``: whether some position is padded;
+    :attr:`lengths` derived on demand (no variant needs it every step: no operator per batch)."""
 
     mask: Tensor
-    lengths: Tensor
     any: bool
 
     @classmethod
@@ -38,20 +37,24 @@ class Padding:
             raise TypeError(f"a padding mask is bool [B, N] (True = real token), got {mask.dtype} {tuple(mask.shape)}")
         if any is None:
             any = not bool(mask.all())
-        return cls(mask, mask.sum(-1), bool(any))
+        return cls(mask, bool(any))
 
     @classmethod
     def full(cls, batch: int, n: int, device: torch.device | str) -> "Padding":
         """No padding: every one of the ``batch x n`` tokens is real."""
-        return cls(torch.ones(batch, n, dtype=torch.bool, device=device),
-                   torch.full((batch,), n, dtype=torch.int64, device=device), False)
+        return cls(torch.ones(batch, n, dtype=torch.bool, device=device), False)
 
     def segments(self, size: int) -> list["Padding"]:
         """The consecutive segments of ``size`` positions (a recurrent encoder's), the last one
         right-padded to ``size``: it has padding if the batch has or if it reaches past ``N``."""
         n = self.mask.shape[1]
         masks = F.pad(self.mask, (0, -n % size), value=False).split(size, dim=1)
-        return [Padding(m, m.sum(-1), self.any or (t + 1) * size > n) for t, m in enumerate(masks)]
+        return [Padding(m, self.any or (t + 1) * size > n) for t, m in enumerate(masks)]
+
+    @property
+    def lengths(self) -> Tensor:
+        """``[B]`` real tokens per row, on the mask's device."""
+        return self.mask.sum(-1)
 
     @property
     def shape(self) -> torch.Size:
