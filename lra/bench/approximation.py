@@ -424,8 +424,9 @@ def listops_capture(checkpoint: str | Path | None, cache: Path, n_seq: int = 2, 
         raise FileNotFoundError(f"no run record {run_id}.json found for checkpoint {ckpt}")
     import json
 
-    rec = json.loads(rec_path.read_text())
-    config = rec["config"]
+    from lra.checks.overrides import drop_retired
+
+    config = drop_retired(json.loads(rec_path.read_text())["config"])
     model = instantiate(config["model"], mixer=instantiate(config["attention"]))
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     state = state.get("state_dict", state)

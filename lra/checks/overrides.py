@@ -6,6 +6,7 @@ the closest key.
 """
 from __future__ import annotations
 
+import copy
 import difflib
 import inspect
 from pathlib import Path
@@ -74,6 +75,21 @@ RETIRED = {
                         "and counter-based random draws, run eagerly by default and compiled with trainer.compile=true; "
                         "drop the setting",
 }
+
+
+def drop_retired(config: dict) -> dict:
+    """A stored run config (a record's ``config``) without the settings of :data:`RETIRED`, so that
+    the model of an old record builds with today's code; what such a setting chose is now the only
+    behaviour. The record itself is left as it is."""
+    config = copy.deepcopy(config)
+    for dotted in RETIRED:
+        *parents, leaf = dotted.split(".")
+        node = config
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return config
 
 
 def check_overrides(argv: list[str], conf_dir: Path) -> None:

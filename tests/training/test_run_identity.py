@@ -316,3 +316,17 @@ def test_a_stored_record_config_keeps_its_key():
     from tests.report.fabricate import config
 
     assert run_key(OmegaConf.create(config("adamra", "listops", 3, optim__lr=0.001))) == "87d65f47ed15a631"
+
+
+def test_an_old_record_config_builds_its_model_without_retired_settings():
+    """A record written before ``model.graph_safe`` was retired keeps the key; the model the
+    approximation capture rebuilds from it must still build (and the record is left untouched)."""
+    from hydra.utils import instantiate
+
+    from lra.checks.overrides import drop_retired
+
+    old = OmegaConf.to_container(composed("attention=softmax", "task=listops"), resolve=True)
+    old["model"]["graph_safe"] = False
+    new = drop_retired(old)
+    assert "graph_safe" in old["model"] and "graph_safe" not in new["model"]
+    instantiate(new["model"], mixer=instantiate(new["attention"]))
