@@ -62,6 +62,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
+from attention.padding import as_padding
 from attention.spec import Knob, Spec, SpecError, spec_of
 from lra import CONF_DIR, ROOT
 from lra.badinput import ConfigError
@@ -426,7 +427,8 @@ def listops_capture(checkpoint: str | Path | None, cache: Path, n_seq: int = 2, 
 
     from lra.checks.overrides import drop_retired
 
-    config = drop_retired(json.loads(rec_path.read_text())["config"])
+    rec = json.loads(rec_path.read_text())
+    config = drop_retired(rec["config"])
     model = instantiate(config["model"], mixer=instantiate(config["attention"]))
     state = torch.load(ckpt, map_location="cpu", weights_only=False)
     state = state.get("state_dict", state)
@@ -445,9 +447,9 @@ def listops_capture(checkpoint: str | Path | None, cache: Path, n_seq: int = 2, 
     layers: list[dict[str, Tensor]] = []
 
     def hook(_module: torch.nn.Module, args: tuple) -> None:
-        q, k, v, m, x = args
+        q, k, v, pad, x = args
         layers.append({"q": q.double().clone(), "k": k.double().clone(), "v": v.double().clone(),
-                       "mask": m.clone(), "x": x.double().clone()})
+                       "mask": as_padding(pad).mask.clone(), "x": x.double().clone()})
 
     handles = [blk.attn.mixer.register_forward_pre_hook(hook) for blk in model.encoder.blocks]
     with torch.no_grad():

@@ -237,3 +237,33 @@ def test_a_config_without_a_complete_spec_stops_the_map_with_one_line(monkeypatc
     with pytest.raises(SystemExit):
         ap.main(["--variants", "linear", "--no-time", "--inputs", "gauss-medium"])
     assert line in capsys.readouterr().err
+
+
+def test_listops_capture_from_a_checkpoint_and_its_record(tmp_path):
+    """The map's ListOps inputs come from a trained checkpoint: its model is built from the run
+    record named by the checkpoint's folder (an old record's retired settings dropped), and every
+    layer's q, k, v, bool mask and input are captured in float64."""
+    import json
+
+    from hydra.utils import instantiate
+    from omegaconf import OmegaConf
+
+    from lra.checks.overrides import drop_retired
+    from tests.training.test_run_identity import composed
+
+    config = OmegaConf.to_container(composed("experiment=quick", "task=listops", "attention=softmax"), resolve=True)
+    config["model"]["graph_safe"] = False  # written before issue 62 retired the setting
+    run_id = "20260101T000000-train-listops-softmax-s0-abcdef"
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / f"{run_id}.json").write_text(json.dumps({"config": config, "metrics": {"test_acc": 0.5}}))
+    torch.manual_seed(0)
+    net = instantiate(drop_retired(config)["model"], mixer=instantiate(config["attention"]))
+    ckpt = tmp_path / "checkpoints" / run_id / "best-1.ckpt"
+    ckpt.parent.mkdir(parents=True)
+    torch.save({"state_dict": {f"network.{k}": v for k, v in net.state_dict().items()}}, ckpt)
+    cap = ap.listops_capture(ckpt, tmp_path / "cache")
+    assert len(cap["layers"]) == len(net.encoder.blocks) and cap["meta"]["checkpoint_test_acc"] == 0.5
+    for layer in cap["layers"]:
+        assert layer["mask"].dtype == torch.bool
+        assert layer["mask"].sum(1).tolist() == cap["meta"]["sequence_lengths"]
+        assert layer["q"].dtype == layer["x"].dtype == torch.float64
