@@ -1,6 +1,6 @@
 """The report's settings, checked before anything is read or created: a mistyped ``report.metric``, a
 ``report.compare`` naming one variant or one without runs, and an empty or mistyped results folder
-are user errors (``run.py`` prints one paragraph and exits 2), never an empty report with exit 0.
+(``report.results_dir`` or one of ``report.also``) are user errors (``run.py`` prints one paragraph and exits 2), never an empty report with exit 0.
 
 :func:`check_report_config` is the one check of these settings; :func:`lra.report.build.run_report`
 runs it first thing (after run.py's general checks, :mod:`lra.checks`, which leave the report's folders
@@ -11,7 +11,7 @@ not made: it is checked for writing only once it is known to hold run records. A
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from lra.badinput import ConfigError, DataMissingError
 from lra.files import ensure_writable
@@ -50,15 +50,36 @@ def check_results_dir(results_dir: Any) -> Path:
     return path
 
 
-def check_compare_names(pair: tuple[str, str] | None, results_dir: Path) -> None:
+def check_also(also: Any, results_dir: Path) -> list[Path]:
+    """The folders of ``report.also``: each a results folder with records, none the report's own
+    folder and none named twice (their records would be counted twice)."""
+    if also is None:
+        return []
+    names = [str(also)] if isinstance(also, (str, Path)) else [str(a) for a in also]
+    folders, seen = [], {results_dir.resolve()}
+    for name in names:
+        path = Path(name).expanduser()
+        if path.resolve() in seen:
+            raise ConfigError(f"report.also={names} names {name} twice or names the report's own folder "
+                              f"({results_dir}); list each other results folder once, e.g. "
+                              "'report.also=[results/xiong2021-listops-cpu]'")
+        if not path.is_dir() or not record_files(path):
+            raise DataMissingError(f"report.also: {path} is not a results folder with run records (no {path / 'runs'}/*.json); "
+                                   "name folders that runs wrote, e.g. 'report.also=[results/xiong2021-listops-cpu]'")
+        seen.add(path.resolve())
+        folders.append(path)
+    return folders
+
+
+def check_compare_names(pair: tuple[str, str] | None, results_dir: Path, also: Sequence[Path] = ()) -> None:
     if pair is None:
         return
-    records, _ = load_records(results_dir)
+    records = [r for folder in (results_dir, *also) for r in load_records(folder)[0]]
     have = sorted({row_name(r) for r in records if r.get("mode") == "train" and r.get("status") == "finished"})
     missing = [n for n in pair if n not in have]
     if missing:
         raise ConfigError(f"report.compare=[{pair[0]},{pair[1]}] names {', '.join(missing)}, which no finished training "
-                          f"record in {results_dir} has; variants with finished runs: {', '.join(have) or 'none'}")
+                          f"record in {results_dir}{' or report.also' if also else ''} has; variants with finished runs: {', '.join(have) or 'none'}")
 
 
 def check_report_config(cfg: Any) -> None:
@@ -73,4 +94,4 @@ def check_report_config(cfg: Any) -> None:
     folder = check_results_dir(results)
     if out is not None and not own:
         ensure_writable(folder, "report out dir")  # the results folder: the report writes there too
-    check_compare_names(pair, folder)
+    check_compare_names(pair, folder, check_also(rc.get("also"), folder))

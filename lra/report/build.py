@@ -27,7 +27,7 @@ import io
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from lra.files import write_bytes, write_text
 from lra.report import reference as ref
@@ -262,7 +262,7 @@ def _markdown(ledger: Ledger, notices: list[str], tables: list[Table], plots: di
 
     counts = ", ".join(f"{ledger.count(k)} {k}" for k in KINDS)
     out = ["# LRA benchmark report", "",
-           f"Built from {ledger.files} record file(s) under `runs/`: {ledger.used} used, {len(ledger.excluded)} excluded "
+           f"Built from {ledger.files} record file(s) under {' and '.join(f'`{f}`' for f in ledger.folders)}: {ledger.used} used, {len(ledger.excluded)} excluded "
            f"({counts}); every excluded record is listed below with its reason. The same records always give the same "
            "report.", ""]
     out += [f"- {n}" for n in notices] + ([""] if notices else [])
@@ -282,12 +282,13 @@ def _markdown(ledger: Ledger, notices: list[str], tables: list[Table], plots: di
 
 
 def build_report(results_dir: str | Path, *, metric: str = "test_acc", smat_protocol: str = "xiong2021",
-                 compare: tuple[str, str] | list[str] | None = None) -> tuple[str, dict[str, str], dict[str, bytes]]:
+                 compare: tuple[str, str] | list[str] | None = None, also: Sequence[str | Path] = ()
+                 ) -> tuple[str, dict[str, str], dict[str, bytes]]:
     """report.md text, files (relative path -> text: tables and ``excluded.csv``) and plots (relative
     path -> PNG bytes). ``compare``: an extra pair of variants (``report.compare``), tested outside
-    the declared family."""
+    the declared family; ``also``: other results folders whose records join (``report.also``)."""
     tables, ledger, plots, notices, has_bench, bubble, extra_files = build_tables(
-        results_dir, metric=metric, smat_protocol=smat_protocol, compare=compare)
+        results_dir, metric=metric, smat_protocol=smat_protocol, compare=compare, also=also)
     files = {f"tables/{t.name}.{ext}": (t.csv() if ext == "csv" else t.latex()) for t in tables for ext in ("csv", "tex")}
     files.update({f"tables/{t.name}.notes.tex": t.latex_notes() for t in tables if t.notes})
     files.update(extra_files)
@@ -297,7 +298,8 @@ def build_report(results_dir: str | Path, *, metric: str = "test_acc", smat_prot
 
 
 def build_tables(results_dir: str | Path, *, metric: str = "test_acc", smat_protocol: str = "xiong2021",
-                 compare: tuple[str, str] | list[str] | None = None, plots: bool = True
+                 compare: tuple[str, str] | list[str] | None = None, plots: bool = True,
+                 also: Sequence[str | Path] = ()
                  ) -> tuple[list[Table], Ledger, dict[str, bytes], list[str], bool, str | None, dict[str, str]]:
     """The report's table models (each rendered as Markdown, CSV and LaTeX), its ledger, plots
     (none with ``plots=False``: the tables alone, for checks), notices, whether any bench record
@@ -306,11 +308,11 @@ def build_tables(results_dir: str | Path, *, metric: str = "test_acc", smat_prot
 
     metric = check_metric(metric)
     pair = check_compare_shape(compare)
-    runs, ledger = screen(results_dir, metric)
+    runs, ledger = screen(results_dir, metric, also)
     groups = accuracy_groups(runs, ledger)
     palette = Palette() if plots else None
     tables, pngs, averages, notices = _accuracy_section(groups, metric, pair, palette)
-    diagnostics, diagnostics_notices = diagnostics_section(groups, results_dir)   # ListOps: lra/report/diagnostics.py
+    diagnostics, diagnostics_notices = diagnostics_section(groups, results_dir, also)   # ListOps: lra/report/diagnostics.py
     tables, notices = tables + diagnostics, notices + diagnostics_notices
     placed = {r.run_id for g in groups for r in g.runs()}
     eff_tables, eff_plots, bubble, smat_lines = _efficiency_section(runs, ledger, averages, groups, smat_protocol, palette,
@@ -343,9 +345,9 @@ def run_report(cfg: Any) -> dict[str, Any]:
     check_report_config(cfg)
     rc = cfg.report
     out = Path(rc.out_dir)
-    compare = rc.get("compare")
-    md, files, plots = build_report(rc.results_dir, metric=str(rc.metric),
-                                    smat_protocol=str(rc.smat_protocol), compare=list(compare) if compare else None)
+    compare, also = rc.get("compare"), rc.get("also") or []
+    md, files, plots = build_report(rc.results_dir, metric=str(rc.metric), smat_protocol=str(rc.smat_protocol),
+                                    compare=list(compare) if compare else None, also=[str(a) for a in also])
     _clean(out)
     for rel, text in files.items():
         write_text(out / rel, text)

@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -282,14 +282,16 @@ def _group_tables(g: AccuracyGroup, ts: TestSet, rows: list[tuple[RowKey, list[R
     return tables
 
 
-def diagnostics_section(groups: list[AccuracyGroup], results_dir: str | Path) -> tuple[list[Table], list[str]]:
+def diagnostics_section(groups: list[AccuracyGroup], results_dir: str | Path, also: Sequence[str | Path] = ()
+                        ) -> tuple[list[Table], list[str]]:
     """The ListOps diagnostics tables of every accuracy table with ListOps runs, and the report's notices
-    (one line per accuracy table no description holds, one per unreadable description file)."""
+    (one line per accuracy table no description holds, one per unreadable description file). The test-set
+    descriptions are those of ``results_dir`` and of the ``also`` folders (``report.also``)."""
     listops = [(g, [(k, g.rows[k][TASK]) for k in g.row_keys() if TASK in g.rows[k]]) for g in groups]
     listops = [(g, cells) for g, cells in listops if any(c.with_predictions for _, c in cells)]
     if not listops:
         return [], []
-    found, problems = load_descriptions(results_dir, TASK)
+    found, problems = _descriptions([results_dir, *also])
     sets: list[TestSet] = []
     for name, content in found:
         try:
@@ -305,6 +307,20 @@ def diagnostics_section(groups: list[AccuracyGroup], results_dir: str | Path) ->
         else:
             tables += built
     return tables, notices
+
+
+def _descriptions(folders: list[str | Path]) -> tuple[list[tuple[str, dict]], list[str]]:
+    """The ListOps descriptions of every folder, each file name once: a folder that describes a test set
+    under the same name but otherwise is a problem, named, and its copy is not used."""
+    found: dict[str, dict] = {}
+    problems: list[str] = []
+    for folder in folders:
+        more, unreadable = load_descriptions(folder, TASK)
+        problems += unreadable
+        for name, content in more:
+            if found.setdefault(name, content) != content:
+                problems.append(f"{TEST_SETS}/{name} of {folder} differs from the first folder's description")
+    return sorted(found.items()), problems
 
 
 def _group(g: AccuracyGroup, cells: list[tuple[RowKey, ExperimentCell]], sets: list[TestSet], unusable: bool

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -141,6 +142,7 @@ class Ledger:
     def __init__(self) -> None:
         self.files = 0
         self.excluded: list[Exclusion] = []
+        self.folders = ["runs/"]  # where the records were read, relative to the report's results folder
 
     def exclude(self, run: Run, kind: str, reason: str) -> None:
         self.excluded.append(Exclusion.of(run.file, run.rec, kind, reason))
@@ -348,19 +350,33 @@ def check_predictions(results_dir: Path, rec: dict[str, Any]) -> dict[str, np.nd
     return arrays
 
 
-def screen(results_dir: str | Path, metric: str) -> tuple[list[Run], Ledger]:
+def screen(results_dir: str | Path, metric: str, also: Sequence[str | Path] = ()) -> tuple[list[Run], Ledger]:
     """Every record file checked: the runs the tables may use (finished, passed), and the ledger of
-    the rest. Duplicates and unused runs are added to the ledger later, by the tables' builders."""
+    the rest. Duplicates and unused runs are added to the ledger later, by the tables' builders.
+
+    ``also`` (``report.also``): other results folders whose records join these, read and never
+    written; each run's predictions are read from its own folder, and its file is named relative
+    to ``results_dir`` (``../<folder>/runs/<run id>.json``)."""
     results_dir = Path(results_dir)
     ledger, runs = Ledger(), []
-    for path in record_files(results_dir):
+    for folder in (results_dir, *map(Path, also)):
+        prefix = "" if folder == results_dir else os.path.relpath(folder / "runs", results_dir) + "/"
+        if prefix:
+            ledger.folders.append(prefix)
+        runs += _screen_folder(folder, prefix, metric, ledger)
+    return runs, ledger
+
+
+def _screen_folder(folder: Path, prefix: str, metric: str, ledger: Ledger) -> list[Run]:
+    runs = []
+    for path in record_files(folder):
         ledger.files += 1
         try:
             rec = read_record(path)
         except (OSError, ValueError) as e:
-            ledger.excluded.append(Exclusion.of(path.name, None, MALFORMED, f"unreadable record ({e})"))
+            ledger.excluded.append(Exclusion.of(prefix + path.name, None, MALFORMED, f"unreadable record ({e})"))
             continue
-        run = Run(path.name, rec)
+        run = Run(prefix + path.name, rec)
         if path.stem != str(rec["run_id"]):
             ledger.exclude(run, FAILED_CHECK, f"the file name {path.name} does not match its run_id "
                                               f"{rec['run_id']} (a copied or renamed record)")
@@ -375,7 +391,7 @@ def screen(results_dir: str | Path, metric: str) -> tuple[list[Run], Ledger]:
                 check_common(rec)
                 run.ident = check_train(rec, metric)
                 check_train_fields(rec)
-                run.preds = check_predictions(results_dir, rec)
+                run.preds = check_predictions(folder, rec)
             elif rec["mode"] == "bench":
                 check_common(rec)
                 check_bench(rec)
@@ -386,4 +402,4 @@ def screen(results_dir: str | Path, metric: str) -> tuple[list[Run], Ledger]:
             ledger.exclude(run, FAILED_CHECK, str(e))
             continue
         runs.append(run)
-    return runs, ledger
+    return runs

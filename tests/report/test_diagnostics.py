@@ -190,3 +190,18 @@ def test_a_single_run_gets_no_agreement_table(tmp_path):
     write_description(res.root, description(res))
     names = [t.name for t in build_tables(res.root, plots=False)[0] if t.name.startswith("diagnostics")]
     assert names == ["diagnostics_operator_quick", "diagnostics_depth_quick", "diagnostics_answers_quick"]
+
+
+def test_a_description_in_a_report_also_folder_is_used_and_a_differing_copy_named(tmp_path):
+    """The SPT folder's report reads the from-scratch folder's test-set description too (report.also);
+    a second description under the same name that differs is named and not used."""
+    res = folder(tmp_path)
+    own = Results(tmp_path / "spt", n_test=20)
+    own.labels = res.labels
+    write_preds(own, own.train("adamra", 0, data_fingerprint=FP), OPERATOR_FUNCTION)
+    tables = [t.name for t in build_tables(own.root, plots=False, also=[res.root])[0]]
+    assert "diagnostics_operator_quick" in tables
+    write_description(own.root, description(res, depth=[4] * 20))
+    lines = [n for n in build_tables(own.root, plots=False, also=[res.root])[3] if n.startswith("ListOps")]
+    assert lines[0] == (f"ListOps diagnostics: testsets/listops-{FP}.json of {res.root} differs from the first folder's "
+                        "description; that file is not used."), lines
