@@ -161,8 +161,9 @@ def defaults_table(runs: list[dict], kind: str, lengths: list[int], meta: dict) 
     ]
     if kind.startswith("listops"):
         lm = meta.get("listops") or {}
-        t.notes.append(f"Captured from checkpoint {lm.get('checkpoint')} (run {lm.get('run_id')}, test accuracy "
-                       f"{lm.get('checkpoint_test_acc')}); "
+        acc = lm.get("checkpoint_test_acc")   # the path where it was read is in each record (meta.listops.checkpoint)
+        t.notes.append(f"Captured from checkpoint {Path(str(lm.get('checkpoint'))).name} of run {lm.get('run_id')} (test "
+                       f"accuracy {f'{100 * acc:.2f}%' if isinstance(acc, (int, float)) else acc}); "
                        + ("a short fallback training run (no checkpoint was given), " if lm.get("fallback_training") else "")
                        + f"sequences of {lm.get('sequence_lengths')} tokens cropped or padded (masked) to N.")
     return t
