@@ -54,13 +54,16 @@ over them; same values as the plain form the float64 reference writes out), and 
 
 1. The routing heads' q and k are stacked (``[2, B, H_r, N, D]``), so layer norm, the unit
    normalisation, the cosines to the centroids (one matmul), the top-w membership (one ``topk``)
-   and the gathers run once for both. The unit vectors are a second layer norm, with epsilon
-   float32's smallest normal (1.2e-38) instead of 1e-5, divided by sqrt(D): ``(x - mean) /
-   ||x - mean||``, the direction of the layer-normed vector (layer norm's epsilon only scales it),
-   in one operator and one backward operator (``F.normalize`` of the layer-normed vector took four
-   and about fifteen). The factor between the two, ``sqrt(var / (var + 1.2e-38))``, is 1 in any
-   float unless the variance itself is near 1e-38, where both are degenerate (``F.normalize``
-   clamped the norm at 1e-12); a zero vector stays zero.
+   and the gathers run once for both. The unit vectors times sqrt(D) are a second layer norm, with
+   epsilon float32's smallest normal (1.2e-38) instead of 1e-5 (the centroids' copy takes the
+   1 / sqrt(D)): ``(x - mean) / ||x - mean||`` is the direction of the layer-normed vector (layer
+   norm's epsilon only scales it), here in one operator and one backward operator (``F.normalize``
+   of the layer-normed vector took four and about fifteen). The factor between the two,
+   ``sqrt(var / (var + 1.2e-38))``, is 1 in any float unless the variance itself is near 1e-38,
+   where both are degenerate (``F.normalize`` clamped the norm at 1e-12); a zero vector stays zero.
+   On CPU (one thread) the second layer norm costs about 0.6 ms more than ``F.normalize`` in a
+   forward without gradient (B 8, N 1024: about 1.5% of the mixer's inference) and saves about 4 ms
+   of a training step's forward and backward.
 2. Eq. 8 per cluster, unnormalised: one ``baddbmm`` + ``exp`` gives ``[B H_r C, w, w]`` weights,
    one matmul against the gathered ``[V, 1]`` rows gives numerators and masses together, one
    ``index_add`` sums them per query over the clusters that took it, one division normalises.
@@ -76,17 +79,17 @@ over them; same values as the plain form the float64 reference writes out), and 
    routed sums are padded with the local heads (zero mass: untaken) so that one ``where`` over all
    heads selects; on CPU (:attr:`Mixer.on_cpu`, the one device choice) they are two calls on views
    of the shell's projections, which saves copying q and k (interleaved, one thread, B 8, N 1024:
-   the one-call form is 1.14x the step's time there). Both give the same values (a test checks
+   the one-call form is 1.13x the step's time there). Both give the same values (a test checks
    it). The blocks are one ``reshape`` per tensor to ``[B H N/window, 1, window, D]``.
 4. Training: the commitment loss from the cosine maxima (gradient to q^ and k^), the EMA update from
    one ``index_add`` of ``[u, 1]`` rows (sums and counts together), all-reduced under DDP.
 
 Host syncs per call: none, on any device (padding is decided once per batch, ``Padding.any``).
 Dispatches (issue 62, ``python -m lra.bench --protocol dispatches --variants linear,routing
---lengths 1024``, accelerator path, N = 1024, batch 16): 687 operators, 1.44x linear attention's
+--lengths 1024``, accelerator path, N = 1024, batch 16): 685 operators, 1.44x linear attention's
 477 (target 1.5x; 757, 1.58x, before the block layout, the unit vectors and the all-heads ``where``
 above). A layer's step is about 150 operators: the head splits, the one block attention, the final
-``where`` and their backward about 35; the two layer norms with their backward 7; the cosines,
+``where`` and their backward about 35; the two layer norms with their backward 6; the cosines,
 top-w, gathers, eq. 8 matmuls, ``index_add`` and normalisation with their backward about 75; the
 commitment loss and EMA update about 30. Linear attention's whole layer is about 40.
 * The centroid statistics are sums by index (``index_add_``), not a ``[B, H, N, C]`` one-hot.
@@ -197,7 +200,7 @@ class RoutingAttention(Mixer):
         qk = torch.stack([qr, kr])                                          # [2,B,Hr,N,D]
         qkn = F.layer_norm(qk, (d,))
         qn, kn = qkn.unbind()
-        if self.on_cpu or not nl:  # two block attentions on the shell's views (1.14x faster on CPU)
+        if self.on_cpu or not nl:  # two block attentions on the shell's views (1.13x faster on CPU)
             routed, taken = self._route(qk, qkn, vr, pad, 0)
             out = torch.where(taken, routed, block_local_attention(qn, kn, vr, mask, window))
             out = torch.cat([block_local_attention(ql, kl, vl, mask, window), out], 1) if nl else out
@@ -213,13 +216,14 @@ class RoutingAttention(Mixer):
         query), the first ``lead`` heads zero and untaken."""
         _, b, h, n, d = qkn.shape
         c = self.n_clusters
-        # Unit q^, k^: (x - mean) / ||x - mean||, the layer-normed vector's direction; layer norm with
-        # an epsilon below any float variance gives it times sqrt(d) (one op and one backward op).
-        qku = F.layer_norm(qk, (d,), eps=_TINY) * (1 / math.sqrt(d))
-        mu = self.centroids.to(qkn.dtype, copy=True)   # the EMA update below writes the buffer in place
+        # sqrt(d) q^, sqrt(d) k^: q^ = (x - mean) / ||x - mean||, the layer-normed vector's direction;
+        # layer norm with an epsilon below any float variance gives it times sqrt(d) (one op and one
+        # backward op); the centroids take the 1 / sqrt(d), a copy (the EMA update writes the buffer).
+        qks = F.layer_norm(qk, (d,), eps=_TINY)
+        mu = _as(self.centroids, qkn.dtype) * (1 / math.sqrt(d))
         # Cluster size from max_len, not the batch's padded length: padding must not change membership.
         w = min(n, -(-self.max_len // c))
-        sim = torch.matmul(mu, qku.mT)                                      # cosines [2,B,Hr,C,N]
+        sim = torch.matmul(mu, qks.mT)                                      # cosines [2,B,Hr,C,N]
         with torch.no_grad():  # membership is discrete; padded tokens rank last
             ranked = sim.masked_fill(~pad.mask[:, None, None, :], -math.inf) if pad.any else sim
             idx = ranked.topk(w, dim=-1).indices                            # [2,B,Hr,C,w]: queries, keys
@@ -242,25 +246,26 @@ class RoutingAttention(Mixer):
         num = F.pad(num, (0, 0, 0, 0, lead, 0)) if lead else num            # the local heads: untaken
         num, den = num.split([d, 1], dim=-1)                                # den 0: no cluster took the query
         if self.training:
-            self._train_step(qku, sim, pad)
+            self._train_step(qks, sim, pad)
         return _as(num / den.clamp(min=torch.finfo(num.dtype).tiny), qkn.dtype), den > 0
 
-    def _train_step(self, qku: Tensor, sim: Tensor, pad: Padding) -> None:
-        """Commitment loss (with gradient to q and k) and the EMA centroid update (no gradient)."""
-        _, b, h, n, d = qku.shape
+    def _train_step(self, qks: Tensor, sim: Tensor, pad: Padding) -> None:
+        """Commitment loss (with gradient to q and k) and the EMA centroid update (no gradient);
+        ``qks``: sqrt(d) q^ and sqrt(d) k^, ``sim``: their cosines to the centroids."""
+        _, b, h, n, d = qks.shape
         c = self.n_clusters
         # ||u - mu(u)||^2 = 2 - 2 max_c u.mu_c for unit vectors; mu is a buffer (stop-gradient).
         best, nearest = sim.max(dim=-2)                                     # [2,B,Hr,N]
         gap = 1 - best
-        real = pad.mask[:, None, :, None].to(qku.dtype) if pad.any else None
+        real = pad.mask[:, None, :, None].to(qks.dtype) if pad.any else None
         if pad.any:
             gap = gap * real[..., 0]                                        # padded tokens: no loss
         with torch.no_grad():  # per-centroid sums and counts of the real tokens, by index
-            rows = (nearest + torch.arange(0, h * c, c, device=qku.device).view(h, 1)).view(-1)   # rows of mu [Hr C, D]
-            stats = F.pad(qku, (0, 1), value=1.0)                           # [u, 1]
+            rows = (nearest + torch.arange(0, h * c, c, device=qks.device).view(h, 1)).view(-1)   # rows of mu [Hr C, D]
+            stats = F.pad(qks * (1 / math.sqrt(d)), (0, 1), value=1.0)      # [u, 1]
             if pad.any:
                 stats = stats * real                                        # padded tokens: no vote
-            stats = qku.new_zeros(h * c, d + 1).index_add_(0, rows, stats.view(-1, d + 1)).view(h, c, d + 1)
+            stats = qks.new_zeros(h * c, d + 1).index_add_(0, rows, stats.view(-1, d + 1)).view(h, c, d + 1)
             world = 1
             if dist.is_available() and dist.is_initialized():  # every rank: the global batch's statistics
                 dist.all_reduce(stats)
