@@ -61,9 +61,10 @@ over them; same values as the plain form the float64 reference writes out), and 
    of the layer-normed vector took four and about fifteen). The factor between the two,
    ``sqrt(var / (var + 1.2e-38))``, is 1 in any float unless the variance itself is near 1e-38,
    where both are degenerate (``F.normalize`` clamped the norm at 1e-12); a zero vector stays zero.
-   On CPU (one thread) the second layer norm costs about 0.6 ms more than ``F.normalize`` in a
-   forward without gradient (B 8, N 1024: about 1.5% of the mixer's inference) and saves about 4 ms
-   of a training step's forward and backward.
+   That is the training form; in eval no gradient reaches the unit vectors (membership is
+   discrete, there is no commitment loss), so eval keeps ``F.normalize``, the cheaper forward on CPU
+   (one thread, ``[2, 8, 1, 1024, 64]``: about 0.5 ms against the layer norm's 1.1 ms; with their
+   backward the layer norm takes 7.1 ms against 10.9 ms).
 2. Eq. 8 per cluster, unnormalised: one ``baddbmm`` + ``exp`` gives ``[B H_r C, w, w]`` weights,
    one matmul against the gathered ``[V, 1]`` rows gives numerators and masses together, one
    ``index_add`` sums them per query over the clusters that took it, one division normalises.
@@ -216,11 +217,15 @@ class RoutingAttention(Mixer):
         query), the first ``lead`` heads zero and untaken."""
         _, b, h, n, d = qkn.shape
         c = self.n_clusters
-        # sqrt(d) q^, sqrt(d) k^: q^ = (x - mean) / ||x - mean||, the layer-normed vector's direction;
-        # layer norm with an epsilon below any float variance gives it times sqrt(d) (one op and one
-        # backward op); the centroids take the 1 / sqrt(d), a copy (the EMA update writes the buffer).
-        qks = F.layer_norm(qk, (d,), eps=_TINY)
-        mu = _as(self.centroids, qkn.dtype) * (1 / math.sqrt(d))
+        # q^ = (x - mean) / ||x - mean||, the layer-normed vector's direction. Training: layer norm with
+        # an epsilon below any float variance gives sqrt(d) q^ (one op and one backward op), the
+        # centroids' copy takes the 1 / sqrt(d). Eval: no gradient reaches them (membership is
+        # discrete), and F.normalize is the cheaper forward on CPU.
+        if self.training:
+            qks, scale = F.layer_norm(qk, (d,), eps=_TINY), 1 / math.sqrt(d)
+        else:
+            qks, scale = F.normalize(qkn, dim=-1), 1.0
+        mu = _as(self.centroids, qkn.dtype) * scale   # a copy: the EMA update writes the buffer in place
         # Cluster size from max_len, not the batch's padded length: padding must not change membership.
         w = min(n, -(-self.max_len // c))
         sim = torch.matmul(mu, qks.mT)                                      # cosines [2,B,Hr,C,N]
