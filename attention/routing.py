@@ -54,7 +54,17 @@ over them; same values as the plain form the float64 reference writes out), and 
 
 1. The routing heads' q and k are stacked (``[2, B, H_r, N, D]``), so layer norm, the unit
    normalisation, the cosines to the centroids (one matmul), the top-w membership (one ``topk``)
-   and the gathers run once for both.
+   and the gathers run once for both. The unit vectors times sqrt(D) are a second layer norm, with
+   epsilon float32's smallest normal (1.2e-38) instead of 1e-5 (the centroids' copy takes the
+   1 / sqrt(D)): ``(x - mean) / ||x - mean||`` is the direction of the layer-normed vector (layer
+   norm's epsilon only scales it), here in one operator and one backward operator (``F.normalize``
+   of the layer-normed vector took four and about fifteen). The factor between the two,
+   ``sqrt(var / (var + 1.2e-38))``, is 1 in any float unless the variance itself is near 1e-38,
+   where both are degenerate (``F.normalize`` clamped the norm at 1e-12); a zero vector stays zero.
+   That is the training form; in eval no gradient reaches the unit vectors (membership is
+   discrete, there is no commitment loss), so eval keeps ``F.normalize``, the cheaper forward on CPU
+   (one thread, ``[2, 8, 1, 1024, 64]``: about 0.5 ms against the layer norm's 1.1 ms; with their
+   backward the layer norm takes 7.1 ms against 10.9 ms).
 2. Eq. 8 per cluster, unnormalised: one ``baddbmm`` + ``exp`` gives ``[B H_r C, w, w]`` weights,
    one matmul against the gathered ``[V, 1]`` rows gives numerators and masses together, one
    ``index_add`` sums them per query over the clusters that took it, one division normalises.
@@ -66,20 +76,23 @@ over them; same values as the plain form the float64 reference writes out), and 
    the routing heads and selected by ``where(taken, routed, fallback)`` (a query is taken iff its
    summed mass is > 0): the static-shape form; packing only the untaken queries (about 1/e of
    them) would need their per-block count, a data-dependent shape. On an accelerator the local
-   heads and the fallback are one fused ``scaled_dot_product_attention`` over all heads; on CPU
-   (:attr:`Mixer.on_cpu`, the one device choice) they are two calls on views of the shell's
-   projections, which saves copying q and k (interleaved, one thread, B 8, N 1024: the one-call
-   form is 1.14x the step's time there). Both give the same values (a test checks it).
+   heads and the fallback are one fused ``scaled_dot_product_attention`` over all heads, and the
+   routed sums are padded with the local heads (zero mass: untaken) so that one ``where`` over all
+   heads selects; on CPU (:attr:`Mixer.on_cpu`, the one device choice) they are two calls on views
+   of the shell's projections, which saves copying q and k (interleaved, one thread, B 8, N 1024:
+   the one-call form is 1.13x the step's time there). Both give the same values (a test checks
+   it). The blocks are one ``reshape`` per tensor to ``[B H N/window, 1, window, D]``.
 4. Training: the commitment loss from the cosine maxima (gradient to q^ and k^), the EMA update from
    one ``index_add`` of ``[u, 1]`` rows (sums and counts together), all-reduced under DDP.
 
 Host syncs per call: none, on any device (padding is decided once per batch, ``Padding.any``).
-Dispatches (issue 62, ``python -m lra.bench --protocol dispatches``, accelerator path, N = 1024,
-batch 16): 1.58x linear attention's count, above the 1.5x target: a layer's step is about 190
-operators (the two block-attention layouts and their backward about 40, layer norm and the unit
-normalisation of q and k with their backward about 30, the routed gathers, matmuls and index_add
-with their backward about 45, the commitment loss and EMA update about 30); linear attention's
-whole layer is about 40.
+Dispatches (issue 62, ``python -m lra.bench --protocol dispatches --variants linear,routing
+--lengths 1024``, accelerator path, N = 1024, batch 16): 685 operators, 1.44x linear attention's
+477 (target 1.5x; 757, 1.58x, before the block layout, the unit vectors and the all-heads ``where``
+above). A layer's step is about 150 operators: the head splits, the one block attention, the final
+``where`` and their backward about 35; the two layer norms with their backward 6; the cosines,
+top-w, gathers, eq. 8 matmuls, ``index_add`` and normalisation with their backward about 75; the
+commitment loss and EMA update about 30. Linear attention's whole layer is about 40.
 * The centroid statistics are sums by index (``index_add_``), not a ``[B, H, N, C]`` one-hot.
 """
 from __future__ import annotations
@@ -101,22 +114,27 @@ def block_local_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, 
     """Softmax attention within non-overlapping blocks of ``window`` positions; ``[B,H,N,D]``.
     ``mask None``: no padded key (the batch has no padding and N is a multiple of ``window``)."""
     b, h, n, d = q.shape
+    nb = -(-n // window)
     bias = None
     if mask is not None or n % window:
         real = pad_to_multiple(torch.ones(b, n, dtype=torch.bool, device=q.device) if mask is None else mask,
                                window, dim=1, value=False)
         bias = torch.zeros(real.shape, dtype=q.dtype, device=q.device).masked_fill(~real, neg_fill(q.dtype))
-        bias = bias.view(-1, 1, 1, window)      # finite: a fully padded block stays NaN-free (zeroed by the caller)
+        # finite: a fully padded block stays NaN-free (zeroed by the caller)
+        bias = bias.view(b, 1, nb * window).expand(b, h, nb * window).reshape(-1, 1, 1, window)
     out = F.scaled_dot_product_attention(*(_blocks(t, window) for t in (q, k, v)), attn_mask=bias)
-    return out.transpose(1, 2).reshape(b, -1, h, d)[:, :n].transpose(1, 2)
+    out = out.reshape(b, h, nb * window, d)           # a view: one head per block row
+    return out[:, :, :n] if n % window else out
 
 
 def _blocks(t: Tensor, window: int) -> Tensor:
-    """``[B,H,N,D]`` -> ``[B*N/window, H, window, D]`` (zero-padded to a multiple of ``window``): the
-    4-d layout of PyTorch's fused attention; a view of the shell's ``[B,N,H,D]`` projections when the
-    heads' memory allows, a copy otherwise."""
-    b, h, _, d = t.shape
-    return pad_to_multiple(t.transpose(1, 2), window, dim=1).reshape(-1, window, h, d).transpose(1, 2)
+    """``[B,H,N,D]`` -> ``[B*H*N/window, 1, window, D]`` (zero-padded to a multiple of ``window``):
+    every block of every head a batch row of the fused attention, one ``reshape`` (a view of a
+    contiguous ``[B,H,N,D]`` or of one head of the shell's ``[B,N,H,D]`` projections, a copy of
+    several). One head per row: on CPU (one thread, B 8, N 1024, interleaved) the fused kernel's
+    forward and backward ran 2-8% slower with the blocks as its heads (``[B, H*N/window, window,
+    D]``), and as fast as ``[B*N/window, H, window, D]`` (three transposes and a reshape per tensor)."""
+    return pad_to_multiple(t, window, dim=2).reshape(-1, 1, window, t.shape[-1])
 
 
 class RoutingAttention(Mixer):
@@ -178,32 +196,39 @@ class RoutingAttention(Mixer):
         nl, window = self.local_heads, min(self.window, n)
         if nl == h:
             return zero_padded(block_local_attention(q, k, v, mask, window), pad)
-        # Routing heads: layer-normed q and k, stacked so that every step below runs once for both.
+        # Routing heads: q and k stacked so that every step below runs once for both.
         (ql, qr), (kl, kr), (vl, vr) = (t.split([nl, h - nl], dim=1) for t in (q, k, v))
-        qkn = F.layer_norm(torch.stack([qr, kr]), (d,))                     # [2,B,Hr,N,D]
-        routed, taken = self._route(qkn, vr, pad)
+        qk = torch.stack([qr, kr])                                          # [2,B,Hr,N,D]
+        qkn = F.layer_norm(qk, (d,))
         qn, kn = qkn.unbind()
-        if not nl:
+        if self.on_cpu or not nl:  # two block attentions on the shell's views (1.13x faster on CPU)
+            routed, taken = self._route(qk, qkn, vr, pad, 0)
             out = torch.where(taken, routed, block_local_attention(qn, kn, vr, mask, window))
-        elif self.on_cpu:  # two block attentions on the shell's views: no copy of q and k (1.14x faster on CPU)
-            out = torch.cat([block_local_attention(ql, kl, vl, mask, window),
-                             torch.where(taken, routed, block_local_attention(qn, kn, vr, mask, window))], 1)
-        else:              # the local heads (raw q, k) and the fallback (layer-normed) in one launch
+            out = torch.cat([block_local_attention(ql, kl, vl, mask, window), out], 1) if nl else out
+        else:  # the local heads (raw q, k) and the fallback (layer-normed) in one launch
+            routed, taken = self._route(qk, qkn, vr, pad, nl)               # every head, the local ones untaken
             local = block_local_attention(torch.cat([ql, qn], 1), torch.cat([kl, kn], 1), v, mask, window)
-            local_l, local_r = local.split([nl, h - nl], dim=1)
-            out = torch.cat([local_l, torch.where(taken, routed, local_r)], 1)
+            out = torch.where(taken, routed, local)
         return zero_padded(out, pad)                                        # untaken queries: the fallback
 
-    def _route(self, qkn: Tensor, v: Tensor, pad: Padding) -> tuple[Tensor, Tensor]:
+    def _route(self, qk: Tensor, qkn: Tensor, v: Tensor, pad: Padding, lead: int) -> tuple[Tensor, Tensor]:
         """Eq. 8 over each cluster's top-w queries and keys, combined over the clusters that took a
-        query; returns it ``[B,Hr,N,D]`` and ``taken [B,Hr,N,1]`` (a cluster took the query)."""
+        query; returns it ``[B,lead+Hr,N,D]`` and ``taken [B,lead+Hr,N,1]`` (a cluster took the
+        query), the first ``lead`` heads zero and untaken."""
         _, b, h, n, d = qkn.shape
         c = self.n_clusters
-        qku = F.normalize(qkn, dim=-1)                                      # unit q^, k^
-        mu = self.centroids.to(qkn.dtype, copy=True)   # the EMA update below writes the buffer in place
+        # q^ = (x - mean) / ||x - mean||, the layer-normed vector's direction. Training: layer norm with
+        # an epsilon below any float variance gives sqrt(d) q^ (one op and one backward op), the
+        # centroids' copy takes the 1 / sqrt(d). Eval: no gradient reaches them (membership is
+        # discrete), and F.normalize is the cheaper forward on CPU.
+        if self.training:
+            qks, scale = F.layer_norm(qk, (d,), eps=_TINY), 1 / math.sqrt(d)
+        else:
+            qks, scale = F.normalize(qkn, dim=-1), 1.0
+        mu = _as(self.centroids, qkn.dtype) * scale   # a copy: the EMA update writes the buffer in place
         # Cluster size from max_len, not the batch's padded length: padding must not change membership.
         w = min(n, -(-self.max_len // c))
-        sim = torch.matmul(mu, qku.mT)                                      # cosines [2,B,Hr,C,N]
+        sim = torch.matmul(mu, qks.mT)                                      # cosines [2,B,Hr,C,N]
         with torch.no_grad():  # membership is discrete; padded tokens rank last
             ranked = sim.masked_fill(~pad.mask[:, None, None, :], -math.inf) if pad.any else sim
             idx = ranked.topk(w, dim=-1).indices                            # [2,B,Hr,C,w]: queries, keys
@@ -222,29 +247,30 @@ class RoutingAttention(Mixer):
         vg = _as(v1.index_select(0, rows[1] - b * h * n), ct).view(b * h * c, w, d + 1)
         weights = torch.baddbmm(shift, qg, kg.mT, alpha=1 / math.sqrt(d)).exp_()   # [BHrC, w, w]
         part = (weights @ vg).view(-1, d + 1)                                # autocast may lower it
-        num = part.new_zeros(b * h * n, d + 1).index_add_(0, rows[0], part)
-        num, den = num.view(b, h, n, d + 1).split([d, 1], dim=-1)           # den 0: no cluster took the query
+        num = part.new_zeros(b * h * n, d + 1).index_add_(0, rows[0], part).view(b, h, n, d + 1)
+        num = F.pad(num, (0, 0, 0, 0, lead, 0)) if lead else num            # the local heads: untaken
+        num, den = num.split([d, 1], dim=-1)                                # den 0: no cluster took the query
         if self.training:
-            self._train_step(qku, sim, pad)
+            self._train_step(qks, sim, pad)
         return _as(num / den.clamp(min=torch.finfo(num.dtype).tiny), qkn.dtype), den > 0
 
-    def _train_step(self, qku: Tensor, sim: Tensor, pad: Padding) -> None:
-        """Commitment loss (with gradient to q and k) and the EMA centroid update (no gradient)."""
-        _, b, h, n, d = qku.shape
+    def _train_step(self, qks: Tensor, sim: Tensor, pad: Padding) -> None:
+        """Commitment loss (with gradient to q and k) and the EMA centroid update (no gradient);
+        ``qks``: sqrt(d) q^ and sqrt(d) k^, ``sim``: their cosines to the centroids."""
+        _, b, h, n, d = qks.shape
         c = self.n_clusters
         # ||u - mu(u)||^2 = 2 - 2 max_c u.mu_c for unit vectors; mu is a buffer (stop-gradient).
         best, nearest = sim.max(dim=-2)                                     # [2,B,Hr,N]
         gap = 1 - best
-        with torch.no_grad():  # the nearest centroid of every q^ and k^, as a row of mu [Hr C, D]
-            rows = (nearest + torch.arange(0, h * c, c, device=qku.device).view(h, 1)).view(-1)
-        real = pad.mask[:, None, :, None].to(qku.dtype) if pad.any else None
+        real = pad.mask[:, None, :, None].to(qks.dtype) if pad.any else None
         if pad.any:
             gap = gap * real[..., 0]                                        # padded tokens: no loss
         with torch.no_grad():  # per-centroid sums and counts of the real tokens, by index
-            stats = torch.cat([qku, qku.new_ones(qku.shape[:-1] + (1,))], -1)   # [u, 1]
+            rows = (nearest + torch.arange(0, h * c, c, device=qks.device).view(h, 1)).view(-1)   # rows of mu [Hr C, D]
+            stats = F.pad(qks * (1 / math.sqrt(d)), (0, 1), value=1.0)      # [u, 1]
             if pad.any:
                 stats = stats * real                                        # padded tokens: no vote
-            stats = qku.new_zeros(h * c, d + 1).index_add_(0, rows, stats.view(-1, d + 1)).view(h, c, d + 1)
+            stats = qks.new_zeros(h * c, d + 1).index_add_(0, rows, stats.view(-1, d + 1)).view(h, c, d + 1)
             world = 1
             if dist.is_available() and dist.is_initialized():  # every rank: the global batch's statistics
                 dist.all_reduce(stats)
@@ -258,6 +284,9 @@ class RoutingAttention(Mixer):
             moved = torch.lerp(_as(sums / counts.clamp(min=1.0), mu.dtype), mu, self.decay)
             moved = moved / torch.linalg.vector_norm(moved, dim=-1, keepdim=True).clamp_min(1e-12)   # to the sphere
             mu.copy_(torch.where(counts > 0, moved, mu))
+
+
+_TINY = torch.finfo(torch.float32).tiny   # the layer norm epsilon of the unit vectors: below any variance
 
 
 def _as(t: Tensor, dtype: torch.dtype) -> Tensor:

@@ -70,8 +70,9 @@ MUTANTS = [
            (f"{SYNCS}[clustered]",)),
     Mutant('gpu-routing-taken-read',
            "attention/routing.py",
-           '        routed, taken = self._route(qkn, vr, pad)\n',
-           '        routed, taken = self._route(qkn, vr, pad)\n        taken = taken if bool(taken.all()) else taken\n',
+           '        return zero_padded(out, pad)                                        # untaken queries: the fallback\n',
+           '        taken = taken if bool(taken.all()) else taken\n'
+           '        return zero_padded(out, pad)                                        # untaken queries: the fallback\n',
            'routing reads on the host whether every query was taken (a host sync per layer)',
            (f"{SYNCS}[routing]",)),
     Mutant("gpu-adamra-padding-read-on-device", "attention/adamra.py",

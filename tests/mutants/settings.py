@@ -26,8 +26,8 @@ MEMFORMER = ("tests/attention/test_attention_memformer.py",)
 MUTANTS = [
     Mutant('settings-routing-centroid-rows-of-one-head',
            ROU,
-           'rows = (nearest + torch.arange(0, h * c, c, device=qku.device).view(h, 1)).view(-1)',
-           'rows = (nearest + torch.arange(0, h, device=qku.device).view(h, 1)).view(-1)',
+           'rows = (nearest + torch.arange(0, h * c, c, device=qks.device).view(h, 1)).view(-1)',
+           'rows = (nearest + torch.arange(0, h, device=qks.device).view(h, 1)).view(-1)',
            "EMA statistics indexed with a row offset of 1 per routed head instead of n_clusters: shows only "
            "with two or more routed heads (model.n_heads=4)",
            (GRID.format("routing"),),
