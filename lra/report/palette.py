@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from lra.report.cells import SPT
+
 # variant -> colour, in the order the colours were picked (the first ten: tab10)
 COLOURS: dict[str, str] = {
     "softmax": "#1f77b4",
@@ -95,5 +97,9 @@ class Palette:
     (``kind`` > 0: another row of the same variant, with other settings)."""
 
     def style(self, variant: str, kind: int = 0) -> dict[str, Any]:
-        return {"color": colour(variant), "marker": MARKERS.get(family(variant), "o"),
-                "linestyle": LINESTYLES[kind % len(LINESTYLES)]}
+        """A self-pretrained row (``adamra +SPT(mlm)``) keeps its variant's colour and marker, drawn
+        hollow and two line styles on, so it stands beside its from-scratch row and is told apart."""
+        base, spt, _ = variant.partition(SPT)
+        style = {"color": colour(base), "marker": MARKERS.get(family(base), "o"),
+                 "linestyle": LINESTYLES[(kind + (2 if spt else 0)) % len(LINESTYLES)]}
+        return style | ({"markerfacecolor": "white"} if spt else {})
