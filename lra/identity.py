@@ -59,6 +59,29 @@ IDENTITY = ("mode", "task", "attention_name", "attention", "model", "optim", "pr
 # ``model.graph_safe`` drew counter-based randoms before every run did): off or absent, they are
 # left out, so the keys of runs from before they existed, and after one was retired, hold.
 OFF_BY_DEFAULT = (("trainer", "compile"), ("model", "graph_safe"))
+# Settings that once existed, and what replaced them: an old command gets this one line.
+RETIRED = {
+    "model.graph_safe": "model.graph_safe is gone (issue 62): every attention variant has one path, with static shapes "
+                        "and counter-based random draws, run eagerly by default and compiled with trainer.compile=true; "
+                        "drop the setting",
+}
+
+
+def drop_retired(config: dict) -> dict:
+    """A stored run config (a record's ``config``) without the settings of :data:`RETIRED`, so that
+    the model of an old record builds with today's code; what such a setting chose is now the only
+    behaviour. The record itself is left as it is."""
+    config = copy.deepcopy(config)
+    for dotted in RETIRED:
+        *parents, leaf = dotted.split(".")
+        node = config
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    return config
+
+
 # Command-line choices of what is compared (a config group or the seed): ``attention=linear`` keeps
 # a run in its protocol, ``attention.rates=...`` (a sub-key) does not.
 SELECTORS = ("attention", "task", "seed", "experiment", "protocol", "mode", "ablation", "smat_job", "trainer")

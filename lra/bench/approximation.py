@@ -425,7 +425,7 @@ def listops_capture(checkpoint: str | Path | None, cache: Path, n_seq: int = 2, 
         raise FileNotFoundError(f"no run record {run_id}.json found for checkpoint {ckpt}")
     import json
 
-    from lra.checks.overrides import drop_retired
+    from lra.identity import drop_retired
 
     rec = json.loads(rec_path.read_text())
     config = drop_retired(rec["config"])

@@ -6,7 +6,6 @@ the closest key.
 """
 from __future__ import annotations
 
-import copy
 import difflib
 import inspect
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any, Iterable
 from omegaconf import DictConfig
 
 from lra.badinput import ConfigError
+from lra.identity import RETIRED
 
 # 0.6 made accumulate_grad_batches "close" to limit_val_batches (ratio 0.600); real typos score >= 0.8
 SUGGEST_CUTOFF = 0.65
@@ -67,29 +67,6 @@ def _trainer_parameters() -> set[str]:
 
 def _group_choices(conf_dir: Path, group: str) -> list[str]:
     return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
-
-
-# Settings that once existed, and what replaced them: an old command gets this one line.
-RETIRED = {
-    "model.graph_safe": "model.graph_safe is gone (issue 62): every attention variant has one path, with static shapes "
-                        "and counter-based random draws, run eagerly by default and compiled with trainer.compile=true; "
-                        "drop the setting",
-}
-
-
-def drop_retired(config: dict) -> dict:
-    """A stored run config (a record's ``config``) without the settings of :data:`RETIRED`, so that
-    the model of an old record builds with today's code; what such a setting chose is now the only
-    behaviour. The record itself is left as it is."""
-    config = copy.deepcopy(config)
-    for dotted in RETIRED:
-        *parents, leaf = dotted.split(".")
-        node = config
-        for key in parents:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(leaf, None)
-    return config
 
 
 def check_overrides(argv: list[str], conf_dir: Path) -> None:

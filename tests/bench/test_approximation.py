@@ -248,7 +248,7 @@ def test_listops_capture_from_a_checkpoint_and_its_record(tmp_path):
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    from lra.checks.overrides import drop_retired
+    from lra.identity import drop_retired
     from tests.training.test_run_identity import composed
 
     config = OmegaConf.to_container(composed("experiment=quick", "task=listops", "attention=softmax"), resolve=True)

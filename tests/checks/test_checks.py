@@ -64,6 +64,13 @@ def test_override_typos_get_the_closest_key():
     check_overrides(["task=pathfinder", "task.resolution=64", "+anything.new=1", "trainer.max_steps=3"], CONF_DIR)
 
 
+@pytest.mark.parametrize("arg", ["model.graph_safe=true", "+model.graph_safe=false"])
+def test_a_retired_setting_gets_the_one_line_that_says_what_replaced_it(arg):
+    with pytest.raises(ConfigError, match=r"^model\.graph_safe is gone \(issue 62\): every attention variant has one "
+                                          r"path.*drop the setting$"):
+        check_overrides([arg], CONF_DIR)
+
+
 def test_key_of_one_swept_choice_is_known():
     check_overrides(["-m", "task=listops,pathfinder", "task.resolution=64"], CONF_DIR)
 

@@ -301,7 +301,7 @@ KNOWN_KEYS = [
     (("experiment=quick", "task=pathfinder"), "ed35dc23cdc39f9a"),
     (("experiment=adamra_ablation", "task=text", "ablation=adamra_t4_id1"), "b7b1d912ab086855"),
     # model.graph_safe=true (key c7c59f02bae50ad6 with compile) was retired in issue 62; no published
-    # record used it, and an old command that sets it is refused (lra/checks/overrides.py::RETIRED)
+    # record used it, and an old command that sets it is refused (lra/identity.py::RETIRED)
     (("trainer.compile=true",), "34df42a4daa3ddc9"),
 ]
 
@@ -323,7 +323,7 @@ def test_an_old_record_config_builds_its_model_without_retired_settings():
     approximation capture rebuilds from it must still build (and the record is left untouched)."""
     from hydra.utils import instantiate
 
-    from lra.checks.overrides import drop_retired
+    from lra.identity import drop_retired
 
     old = OmegaConf.to_container(composed("attention=softmax", "task=listops"), resolve=True)
     old["model"]["graph_safe"] = False
