@@ -3,10 +3,11 @@ count per variant, the accelerator path's (foreach AdamW, no CPU-only shortcut),
 linear attention's."""
 from __future__ import annotations
 
+import pytest
+import torch
+
 from lra.bench import dispatches
 from lra.bench.harness import build_step, count_dispatches
-
-import torch
 
 
 def tiny(variant: str, n: int = 32) -> dict:
@@ -43,3 +44,19 @@ def test_the_table_puts_each_count_beside_linear_and_its_target():
     text = dispatches.table(counts, ["linear", "adamra_t2a", "clustered"], [1024])
     assert "| adamra_t2a | 600 (1.20x) | <= 1.3x met |" in text
     assert "| clustered | 1500 (3.00x) | <= 2.0x not met |" in text
+
+
+@pytest.mark.slow   # compiles a tiny model (about 10 s)
+def test_compiled_counts_stand_beside_the_eager_count_of_the_same_model():
+    """``--compile`` counts the eager step first and then the same model compiled: the eager column
+    must stay eager (it once showed the compiled step's operators under the eager heading)."""
+    spec = tiny("linear", 16) | {"compile": True}
+    out = dispatches.count_one(spec)
+    eager = dispatches.count_one(tiny("linear", 16))["outermost_aten_ops"]
+    assert out["outermost_aten_ops"] == eager
+    assert out["compiled"]["kernels"] > 0 and 0 < out["compiled"]["outermost_aten_ops"] < eager
+    assert "Inductor" in out["compiled"]["counted"] and "cpu backend" in out["compiled"]["counted"]
+    text = dispatches.table({("linear", 16): out, ("x", 16): {"outermost_aten_ops": 2 * eager,
+                             "compiled": {"kernels": 3 * out["compiled"]["kernels"], "outermost_aten_ops": 7}}},
+                            ["linear", "x"], [16])
+    assert f"| x | {2 * eager} (2.00x) | {3 * out['compiled']['kernels']} (3.00x) + 7 |" in text
