@@ -42,13 +42,14 @@ ops it takes 0.77x the time at N 1024 and 0.60x at 4096 (forward + backward, B 4
 33 taps, one CPU thread, 5 interleaved rounds; oneDNN's depthwise ``conv1d`` 2.65x and 2.40x),
 the same peak memory. Dispatch target not met: eager operators of a training step (``python -m
 lra.bench --protocol dispatches --variants linear,nystromformer --lengths 1024``, batch 16) went
-from 1590 (3.31x linear) to 1338 (2.80x), not the 1.5x asked. One mixer's forward and
-backward dispatches ~500 operators against linear attention's ~70: three softmax kernels, the
-landmark means (segment index, counts, two index_adds) and the convolution each cost as many
-operators as linear attention's whole mixer, and the six pseudo-inverse steps ~150 (30 GEMMs
-forward, their backward two GEMMs and two transposes each). Reaching 1.5x would need the
-pseudo-inverse's backward written by hand (the iteration's exact derivative, not the inverse's
-``-Z dA Z``, which is another gradient): left open.
+from 1590 (3.31x linear) to 1338 (2.80x), not the 1.5x asked. One layer's forward and backward
+dispatch 552 operators (190 + 362; linear attention's 119) at the accelerator's choices, counted
+per pseudo-inverse step by running 1, 2 and 6 of them: each step costs 30 (5 GEMMs forward, 25
+operators of their backward), 180 in all; the skip convolution 81 (``conv_kernel=null``); the
+projections, the three softmax kernels and the landmark means (segment index, counts, two
+``index_add``) the other 291. So a hand-written backward of the iteration (its exact derivative, not
+the inverse's ``-Z dA Z``, which is another gradient) at about 10 operators a step would give 2.3x, and even a free pseudo-inverse 2.05x: 1.5x would take
+every part of the method at linear attention's cost. Left open.
 """
 from __future__ import annotations
 
