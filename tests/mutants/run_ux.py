@@ -7,12 +7,14 @@ IDENT = ("tests/training/test_run_identity.py",)
 STOPS = "tests/data/test_generation_stops.py::test_two_ctrl_c_during_pathfinder_generation_stop_at_once_and_leave_no_worker"
 DAY2 = "tests/training/test_second_day.py"
 MUTANTS = [
-    Mutant("run_ux-key-has-logger", "lra/identity.py",
-           'IDENTITY = ("mode", "task",', 'IDENTITY = ("logger", "paths", "mode", "task",',
-           "the key holds the logger's timestamped save_dir: every launch is a new run (no resume, no skip)", IDENT),
-    Mutant("run_ux-key-keeps-data-paths", "lra/identity.py",
-           '"task.datamodule.num_workers": NEUTRAL,\n}', '"task.datamodule.num_workers": NEUTRAL,\n    "task.datamodule.data_dir": PROTOCOL,\n}',
-           "moving the data directory makes a finished experiment look new", IDENT),
+    # The logger, paths and every ``*_dir`` leaf are kept out of the key twice: IDENTITY hashes only
+    # the experiment's sections, and _drop_neutral takes the neutral leaves out of those. Planting the
+    # logger in IDENTITY, or a data_dir as protocol, is caught by the other layer (both mutants survived
+    # as equivalent on 2026-12-02); the ``*_dir`` rule has its own (identity-neutral-dirs-not-neutral).
+    Mutant("run_ux-key-keeps-neutral-leaves", "lra/identity.py",
+           '    _drop_neutral(ident, "")\n', "",
+           "the key keeps the neutral leaves of its sections (progress bar, workers, checkpoint and data folders):"
+           " every launch with another folder or display setting is a new run (no resume, no skip)", IDENT),
     Mutant("run_ux-key-drops-trainer", "lra/identity.py",
            '"protocol", "seed", "trainer", "pretrain")', '"protocol", "seed", "pretrain")',
            "a run with other max_steps resumes/skips as if it were the same experiment", IDENT),
