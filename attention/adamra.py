@@ -43,61 +43,61 @@ Choices the paper leaves open, written down:
   (:meth:`AdaMRAAttention.random_heads`); no router parameters exist. Training draws afresh per
   token every step; eval draws one head per *position*, shared by the rows, so a sequence's eval
   output depends neither on the rest of the batch nor on how far it is padded.
-* **Padded queries** join no head: their output is zero and they send no gradient anywhere.
+* **Padded queries** read their routed head like any query, then are multiplied by 0: their output
+  is zero and they send no gradient anywhere.
 
 Computation: one path, static shapes, no host read in forward or backward, ``torch.compile``
 with ``fullgraph=True`` (tests compare it with the plain formulas of eqs. 6-9 in float64).
 :meth:`AdaMRAAttention.forward_input` (through the shell) and :meth:`AdaMRAAttention.forward` (the
 reference, on given ``q, k, v``) both run :meth:`AdaMRAAttention._attend`; they differ only in the
 affine maps they hand it: the shell's projections ``[W | b]``, or the identity on the three thirds
-of ``[q, k, v]``. Eq. 9's maps are composed with those (``[H, 3, d, d_in + 1]``, one matmul of
-parameters per call), and the heads are stacked:
+of ``[q, k, v]``. Eq. 9's maps are composed with those (``[3, H, d, d_in + 1]``, one matmul of
+parameters per call), and each query is read in its routed head alone:
 
 1. *Router* (eq. 6): ``X (W^Q W)`` (composed the same way), softmax and argmax per token.
-2. *Queries, every head, one matmul.* ``[X, 1, 1 - r] [W^Q W^Q_h; b^Q W^Q_h; -c E_h]`` for all
-   heads at once, laid out ``[S, B N, H Dh]`` (batched over the subheads): ``r`` is the query's
-   one-hot routed head (zero for a padded query) and ``-c E_h`` a large negative
-   (:func:`attention.masking.neg_fill` of the matmul's dtype) on head ``h``'s columns, so
-   ``phi(q)`` is exactly 0, with zero gradient, in every head but the routed one (ReLU and
-   ``elu + 1`` both map it to 0) at the price of ``H`` input columns, with no pass over the
-   ``H``-fold features. (Filling the projected features with ``-inf`` outside the routed head,
-   ``masked_fill``, dispatches 7 operators fewer per layer but took 1.14x the time of a layer's
-   forward and backward at N 4096, batch 4, on one CPU thread: one more pass over those features.)
-3. *Landmarks, nested.* Masked segment sums carry their token count as an extra column; a coarse
+2. *Groups in tiles* (:meth:`AdaMRAAttention._tiles`). A query's group is its routed head and
+   batch row, ``g = h B + row``. The queries of each group are laid out in consecutive tiles of
+   ``tile`` (64) slots, the last one partly empty, in a static number of tiles ``B N / tile +
+   H B`` (at most ``H B (tile - 1)`` empty slots: 1.25x the queries at Table 2's N 1K, batch 16,
+   1.06x at N 4K, batch 4). The layout costs a stable sort, a ``searchsorted``, a cumulative sum
+   and gathers of integers on the device: static shapes, no host read.
+3. *Queries, one matmul.* Each tile's tokens ``[X, 1]`` times its head's composed map ``[W^Q W^Q_h;
+   b^Q W^Q_h]``, ``[tiles, tile, d]``: ``O(n d_in d)``, what one head costs.
+4. *Landmarks, nested.* Masked segment sums carry their token count as an extra column; a coarse
    level is summed from the finest level whose size divides it (1/2, 1/8, 1/32 nest). One division
    gives the means and, in the count column, 1 for a landmark and 0 for an empty window, so the
    affine maps fold in (``[m, 1] [W; b] = m W + b``) and an empty window contributes nothing with
    no mask of its own.
-4. *Memories.* Keys ``phi(L W^K_h)``, ``phi(K~)^T L`` and the value map with a unit row appended
-   (``[W^V_h | b^V_h ; e]``) give every head's eq. 7 state ``[phi(K~)^T V~ | phi(K~)^T 1]``,
-   ``[B, H, S, Dh, Dh + 1]``, without building the values. Device choice (``Mixer.on_cpu``, made
-   at construction): on an accelerator the landmarks of all heads are zero-padded to the finest
-   head's count and stacked, ``[B, H, m_1, d_in + 1]`` (zero rows add nothing), so each step is
-   one launch for all heads; on CPU each head runs at its own size (fewer flops, ``H`` launches).
-5. *Read.* Every query reads every head's state in one batched matmul, ``[S B, N, H Dh] x
-   [S B, H Dh, Dh + 1]``; its features are zero outside its routed head, so the product is the
-   routed head's numerator and normaliser. :meth:`AdaMRAAttention._normalise` divides and applies
-   the straight-through gate. A padded query reads nothing: output 0, no gradient.
+5. *Memories.* Keys ``phi(L W^K_h)``, ``phi(K~)^T L`` and the value maps with a unit row appended
+   (``[W^V_h | b^V_h ; e]``) give every (head, row)'s eq. 7 state ``[phi(K~)^T V~ | phi(K~)^T 1]``
+   of each subhead, without building the values. The states of a (head, row) are laid out
+   block-diagonally over the subheads, ``[H B, d, S (Dh + 1)]``, so that one matmul reads all of a
+   query's subheads (``S`` times the read's flops: 2x with the default backbone's two heads, and
+   no copy of the features per subhead). Device choice (``Mixer.on_cpu``, made at construction):
+   on an accelerator the landmarks of all heads are zero-padded to the finest head's count and
+   stacked, ``[H, B, m_1, d_in + 1]`` (zero rows add nothing), so each step is one launch for all
+   heads; on CPU each head runs at its own size (fewer flops, ``H`` launches).
+6. *Read.* Each tile reads its group's state, ``[tiles, tile, d] x [tiles, d, S (Dh + 1)]``, and
+   each token takes its slot back. :meth:`AdaMRAAttention._normalise` divides by the normaliser
+   and applies the straight-through gate. A padded query's output is multiplied by 0: output 0,
+   no gradient.
 
-The softmax ablation projects the queries without step 2's routing columns, reads the stacked
-keys and values of step 4 (always padded and stacked) of every head with a key bias (zero-padded
-rows and empty windows are masked), and keeps the routed head's output by the one-hot ``r``.
+The softmax ablation reads, in each tile, the stacked keys and values of step 5 (always padded
+and stacked) of the tile's head with a key bias (zero-padded rows and empty windows are masked).
 
-Cost: ``O(H n d_in d)`` for the query projection and ``O(H n d Dh)`` for the kernel read: ``H``
-times what reading each query in its routed head alone costs. A static shape cannot hold the
-ragged per-head query groups; the earlier dispatch by (head, row) groups read each query once but
-needed one host sync per layer and a Python loop over ``H B`` groups (7.3x linear attention's
-operators per training step at Table 2's shapes). The memories cost ``O(sum_h m_h d_in d)`` on CPU
-and ``O(H m_1 d_in d)`` on an accelerator (``m_1 = n c_1``, the finest head's landmarks; the zero
-padding costs ``H m_1 / sum_h m_h``: 2.1x for (1/2, 1/4, 1/8, 1/16), 2.3x for the default rates),
-the compression ``O(n d_in)``. Measured (issue 62): a training step at Table 2's shapes, on the
-accelerator branch, dispatches 1.6x linear attention's operators (772 against 480; the grouped
-path: 7.3x). The target of 1.3x is not met: the router, eq. 9's per-head maps composed with the
-shell's (about 20 operators per layer forward and 45 backward), the multi-resolution landmarks
-(about 20 and 27: one window sum and one zero-pad per head) and the normaliser with its
-straight-through gate (6 and 15) are operators that linear attention does not have. On one CPU
-thread, at N = 4096, the ``H``-fold query projection and read make the stacked path slower than
-the grouped one it replaces (figures in the issue's note).
+Cost: ``O(n d_in d)`` for the query projection and ``O(n d S (Dh + 1))`` for the read, plus the
+empty slots. The memories cost ``O(sum_h m_h d_in d)`` on CPU and ``O(H m_1 d_in d)`` on an
+accelerator (``m_1 = n c_1``, the finest head's landmarks; the zero padding costs ``H m_1 / sum_h
+m_h``: 2.1x for (1/2, 1/4, 1/8, 1/16), 2.3x for the default rates), the compression ``O(n d_in)``.
+Measured (issue 62; ``python -m lra.bench --protocol dispatches --variants linear,adamra_t2a``): a
+training step at Table 2's shapes, on the accelerator branch, dispatches 1.63x linear attention's
+operators (777 against 477). The target of 1.3x is not met: the router, eq. 9's per-head maps
+composed with the shell's, the multi-resolution landmarks (one window sum and one zero-pad per
+head), the grouping (about 20 integer operators per layer) and the normaliser with its
+straight-through gate are operators that linear attention does not have. The previous layout (every
+query projected and read in every head, the routed one kept by a large negative on the others'
+features: 1.62x) did ``H`` times this read's query work, and on one CPU thread at N 4096 took 2.0x
+linear attention's time for a layer's forward and backward, against 1.35x for the grouped read.
 """
 from __future__ import annotations
 
@@ -110,12 +110,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attention.base import Mixer, require_positive
-from attention.masking import key_bias, neg_fill, pad_to_multiple
+from attention.masking import key_bias, pad_to_multiple
 from attention.padding import Padding
 from attention.spec import Grid, Knob, Range, Spec, cap
 
 FEATURE_MAPS = ("relu", "elu", "softmax")
 ROUTERS = ("learned", "random")
+
+
+def landmark_maps(a: Tensor, w: Tensor) -> Tensor:
+    """Landmarks ``a [h, B, m, D + 1]`` through each head's affine maps ``w [h or 1, d, D + 1]``:
+    ``[h B, m, d]``, one matmul batched over the heads."""
+    h, b, m, c = a.shape
+    return torch.bmm(a.view(h, b * m, c), w.transpose(-1, -2).expand(h, -1, -1)).view(h * b, m, -1)
 
 
 def window_sums(t: Tensor, size: int, dim: int) -> Tensor:
@@ -147,6 +154,7 @@ class AdaMRAAttention(Mixer):
             ("learned router", m.route is not None, o["router"] == "learned"),
             ("head_proj", m.head_weight is not None, o["head_proj"])])
     fuses_projections = True  # see forward_input
+    tile = 64  # query slots per tile of the grouped read (_tiles); tests set a smaller one on an instance
 
     def __init__(
         self,
@@ -234,6 +242,23 @@ class AdaMRAAttention(Mixer):
             levels[size] = window_sums(levels[base], size // base, 1)
         return [levels[z] for z in self.segment_sizes]
 
+    def _tiles(self, choice: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+        """The queries of each group ``g = h B + row`` (a routed head and a batch row) in consecutive
+        tiles of ``tile`` slots, in a static number of tiles ``B N // tile + H B`` (a group's last
+        tile is partly empty). Returns the token of each slot ``[tiles, tile]`` (an empty slot holds
+        token 0; its result is never read), each tile's group ``[tiles]`` and each token's slot
+        ``[B N]``. Integer operators on the device: two sorts, two ``searchsorted``, no host read."""
+        bn, groups, size, dev = choice.shape[0], choice.shape[0] // n * self.n_routed, self.tile, choice.device
+        i = torch.arange(bn, device=dev)
+        group = choice * (bn // n) + i.div(n, rounding_mode="floor")
+        sorted_group, order = torch.sort(group, stable=True)
+        start = torch.searchsorted(sorted_group, torch.arange(groups + 1, device=dev))   # start[G] = B N
+        # a token's slot: its rank in the sorted order plus the empty slots of the groups before its own
+        empty = torch.remainder(start[:-1] - start[1:], size)                 # of each group's last tile
+        slot = (empty.cumsum(0) - empty)[group] + torch.argsort(order)
+        token = i.new_zeros((bn // size + groups) * size).scatter_(0, slot, i).view(-1, size)
+        return token, group[token[:, 0]], slot     # a tile's first slot is its group's (unused tiles: token 0's)
+
     def _attend(self, t: Tensor, pad: Padding, maps: Tensor) -> Tensor:
         """Eqs. 6-9 for every query of ``t [B, N, D]``, whose queries, keys and values are the shell's
         affine maps of ``t`` before eq. 9, ``maps [3 (q, k, v), d, D + 1]`` (``nn.Linear``'s weight
@@ -241,75 +266,69 @@ class AdaMRAAttention(Mixer):
         mask = pad.mask
         b, n = mask.shape
         hs, s, dh = self.n_routed, self.n_heads, self.head_dim
-        rows = t.flatten(0, 1)
-        # eq. 9 composed with the shell's maps: [H, 3, d, D + 1] (without head_proj: [1, 3, d, D + 1])
-        heads = maps[None] if self.head_weight is None else self.head_weight.transpose(-1, -2) @ maps
+        rows = F.pad(t.flatten(0, 1), (0, 1), value=1.0)                   # [B N, D + 1]: the maps' inputs
+        # eq. 9 composed with the shell's maps, one matmul per role: [3 (q, k, v), H or 1, d, D + 1]
+        if self.head_weight is None:
+            heads = maps[:, None]
+        else:
+            w = self.head_weight.permute(1, 0, 3, 2).reshape(3, hs * s * dh, s * dh)
+            heads = torch.bmm(w, maps).view(3, hs, s * dh, -1)
         if self.route is not None:                                          # eq. 6
-            wr = self.route.weight @ maps[0]
-            p_sel, choice = torch.softmax(F.linear(rows, wr[:, :-1], wr[:, -1]), -1).max(-1)
+            p_sel, choice = torch.softmax(torch.mm(rows, (self.route.weight @ maps[0]).t()), -1).max(-1)
         else:
             choice, p_sel = self.random_heads(mask).reshape(-1), None
-        # each real query's routed head, one-hot [B N, H]; a padded query has none
-        routed = choice[:, None] == torch.arange(hs, device=choice.device)
-        if pad.any:
-            routed = routed & mask.reshape(-1, 1)
-        # every query in every head, subhead-major: [S, B N, H Dh], one matmul batched over subheads, of
-        # the rows [t, 1] (the bias row) and, for a kernel map, [1 - routed] times a large negative on
-        # each head's columns: phi(q) is then exactly 0 (ReLU 0, ELU + 1 0, no gradient) outside the
-        # routed head, with no pass of its own over the [S, B N, H Dh] features
-        wq = heads[:, 0].unflatten(1, (s, dh)).permute(1, 3, 0, 2).expand(s, -1, hs, dh).reshape(s, -1, hs * dh)
-        rows1 = torch.cat([rows, rows.new_ones(b * n, 1)] + ([] if self.feature_map == "softmax" else [~routed]), 1)
-        if self.feature_map != "softmax":
-            dev = rows.device.type
-            big = neg_fill(torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else rows.dtype)
-            block = torch.eye(hs, dtype=wq.dtype, device=wq.device)[:, :, None].expand(-1, -1, dh).reshape(hs, -1) * big
-            wq = torch.cat([wq, block.expand(s, -1, -1)], 1)
-        queries = torch.bmm(rows1.to(wq.dtype).expand(s, -1, -1), wq)
-        routed = routed.to(rows.dtype)
+        token, tile_group, slot = self._tiles(choice, n)
+        tile_head = tile_group // b if self.head_weight is not None else torch.zeros_like(tile_group)
+        # each tile's queries in its head's subspaces, one batched matmul: [tiles, tile, d]
+        queries = torch.bmm(rows[token], heads[0].transpose(-1, -2)[tile_head])
         # landmarks per head [B, m_h, D + 1]; on an accelerator zero-padded to the finest head's count
-        # and stacked, [B, H, m_1, D + 1] (one matmul per step for all heads); on CPU at their sizes
-        lm, wk, wv = self._compressed(t, mask, pad.any), heads[:, 1], heads[:, 2]   # maps [H or 1, d, D + 1]
+        # and stacked, [H, B, m_1, D + 1] (one matmul per step for all heads); on CPU at their sizes
+        lm, wk, wv = self._compressed(t, mask, pad.any), heads[1], heads[2]   # maps [H or 1, d, D + 1]
         per_head = self.on_cpu and self.feature_map != "softmax"
         if not per_head:
             m = max(a.shape[1] for a in lm)
-            lm, wks = [torch.stack([F.pad(a, (0, 0, 0, m - a.shape[1])) for a in lm], 1)], [wk]
+            lm, wks = [torch.stack([a if a.shape[1] == m else F.pad(a, (0, 0, 0, m - a.shape[1])) for a in lm])], [wk]
         else:
-            wks = wk.expand(hs, -1, -1).unbind(0)
+            lm, wks = [a[None] for a in lm], wk.expand(hs, -1, -1).split(1)
         lm = [a / a[..., -1:].detach().clamp_min(1.0) for a in lm]   # means; count column: 1 landmark, 0 none
         if self.feature_map == "softmax":
-            q5 = queries.view(s, b, n, hs, dh).permute(1, 3, 0, 2, 4)                # [B, H, S, N, Dh]
-            out = self._softmax_read(q5, lm[0] @ wk.transpose(-1, -2), lm[0] @ wv.transpose(-1, -2), lm[0][..., -1] > 0)
-            out = (out * routed.view(b, n, hs).transpose(1, 2)[:, :, None, :, None]).sum(1)   # [B, S, N, Dh]
+            keys, values = (landmark_maps(lm[0], w)[tile_group] for w in (wk, wv))
+            out = self._softmax_read(queries, keys, values, lm[0][..., -1].flatten(0, 1)[tile_group] > 0)
         else:
             wide = self._wide(rows)
             with torch.autocast(rows.device.type, enabled=False) if wide else contextlib.nullcontext():
                 if wide:
                     queries, wv = queries.float(), wv.float()
                     lm, wks = [a.float() for a in lm], [w.float() for w in wks]
-                kvz = [self._phi(a @ w.transpose(-1, -2)).transpose(-1, -2) @ a for a, w in zip(lm, wks)]
-                kvz = torch.stack(kvz, 1) if per_head else kvz[0]   # [B, H, d, D + 1]: phi(K~)^T [M~ | 1]
-                # value map per subhead with a unit row for the normaliser: [H or 1, S, Dh + 1, D + 1]
+                # phi(K~)^T [M~ | 1] of every (head, row): [H B, d, D + 1]
+                kvz = torch.cat([torch.bmm(self._phi(landmark_maps(a, w)).transpose(1, 2), a.flatten(0, 1))
+                                 for a, w in zip(lm, wks)])
+                # value maps of every subhead, each with a unit row for the normaliser: [H or 1, S (Dh + 1), D + 1]
                 wv = wv.unflatten(-2, (s, dh))
                 unit = F.pad(wv.new_ones(1, 1), (wv.shape[-1] - 1, 0))     # [0 ... 0 1]: picks the count
-                wv = torch.cat([wv, unit.expand(*wv.shape[:-2], 1, -1)], -2)
-                state = kvz.unflatten(2, (s, dh)) @ wv.transpose(-1, -2)   # [B, H, S, Dh, Dh + 1], eq. 7's memory
-                width = state.shape[-1]
-                # every query reads every head's state in one matmul per (subhead, row); its features are
-                # zero outside its routed head, so the product is the routed head's read
-                state = state.permute(2, 0, 1, 3, 4).reshape(s * b, hs * dh, width)
-                out = torch.bmm(self._phi(queries).view(s * b, n, hs * dh), state).view(s, b, n, width).transpose(0, 1)
-        out = self._normalise(out, None if p_sel is None else p_sel.view(b, 1, n, 1))
+                wv = torch.cat([wv, unit.expand(*wv.shape[:-2], 1, -1)], -2).flatten(1, 2)
+                # eq. 7's memory of every (head, row) and subhead, block-diagonal over the subheads so
+                # that one matmul reads all of a query's subheads: [H B, d, S (Dh + 1)]
+                state = torch.bmm(kvz.view(hs, -1, kvz.shape[-1]), wv.transpose(-1, -2).expand(hs, -1, -1))
+                blocks = torch.eye(s, dtype=state.dtype, device=state.device).view(s, 1, s, 1)
+                state = (state.view(-1, s, dh, s, dh + 1) * blocks).view(-1, s * dh, s * (dh + 1))
+                # each tile's queries read their group's state: [tiles, tile, S (Dh + 1)]
+                out = torch.bmm(self._phi(queries), state[tile_group])
+        out = out.flatten(0, 1)[slot].view(b, n, s, -1)                     # back to tokens: [B, N, S, width]
+        out = self._normalise(out, None if p_sel is None else p_sel.view(b, n, 1, 1))
+        if pad.any:                                                         # a padded query: output 0, no gradient
+            out = out * mask.view(b, n, 1, 1).to(out.dtype)
+        out = out.transpose(1, 2)
         return out.to(t.dtype) if out.dtype != t.dtype else out
 
     def _softmax_read(self, queries: Tensor, keys: Tensor, values: Tensor, valid: Tensor) -> Tensor:
-        """Table 5's softmax ablation: exact softmax over each head's valid landmarks, with
-        ``1/sqrt(d_k)``. ``queries [B, H, S, N, Dh]``, ``keys``/``values [B, H, m_1, d]``, ``valid
-        [B, H, m_1]``; returns ``[B, H, S, N, Dh]``."""
-        b, hs, m, _ = keys.shape
-        split = lambda t: t.view(b, hs, m, self.n_heads, self.head_dim).transpose(2, 3)  # noqa: E731
-        bias = key_bias(valid.flatten(0, 1), queries.dtype).view(b, hs, 1, 1, m)
-        scores = queries @ split(keys).transpose(-1, -2) / math.sqrt(self.head_dim) + bias
-        return torch.softmax(scores, -1) @ split(values)
+        """Table 5's softmax ablation: exact softmax over the valid landmarks of each tile's head,
+        with ``1/sqrt(d_k)``. ``queries [tiles, tile, d]``, ``keys``/``values [tiles, m_1, d]``,
+        ``valid [tiles, m_1]``; returns ``[tiles, tile, S Dh]``."""
+        split = lambda t: t.unflatten(-1, (self.n_heads, self.head_dim)).transpose(1, 2)  # noqa: E731
+        bias = key_bias(valid, queries.dtype)
+        scores = split(queries) @ split(keys).transpose(-1, -2) / math.sqrt(self.head_dim) + bias
+        return (torch.softmax(scores, -1) @ split(values)).transpose(1, 2).flatten(2)
 
     def _wide(self, rows: Tensor) -> bool:
         """Whether the kernel read and its normalisation run in float32: in float16

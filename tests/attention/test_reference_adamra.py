@@ -48,6 +48,21 @@ def test_forward_matches_reference(name, padding, mode):
     assert want[1]["param:head_weight"].abs().sum() > 1e-3
 
 
+@pytest.mark.parametrize("tile", [1, 3, 8])
+@pytest.mark.parametrize("name", ["adamra", "adamra_softmax", "adamra_t2a"])
+def test_groups_spread_over_several_tiles_match_reference(name, tile):
+    """At N = 37 each (head, row) group fits one tile of the default 64; smaller tiles spread each
+    group over full tiles and a partly empty last one, as at LRA's lengths (the grouped read's
+    slots, tile groups and their empty slots)."""
+    mixer = _mixer(name, True)
+    mixer.tile = tile
+    inputs, mask = float64_inputs(MASKS["padded"], N)
+    got = grads_of(lambda: (mixer(inputs["q"], inputs["k"], inputs["v"], mask, inputs["x"]), None), inputs, mixer)
+    want = grads_of(lambda: (adamra_reference(mixer, inputs["q"], inputs["k"], inputs["v"], mask, None), None),
+                    inputs, mixer)
+    assert_same(got, want)
+
+
 @pytest.mark.parametrize("mode", ["train", "eval"])
 @pytest.mark.parametrize("padding", list(MASKS))
 @pytest.mark.parametrize("name", CONFIGS)

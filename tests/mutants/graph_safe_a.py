@@ -12,10 +12,10 @@ MUTANTS = [
            "Mixer.randint floor((n - 1) u) never draws n - 1: ABC_RD never picks its "
            "last slot", ABC),
     Mutant("graph-safe-adamra-padded-queries-routed", "attention/adamra.py",
-           "            routed = routed & mask.reshape(-1, 1)\n",
-           "            routed = routed\n",
-           "the stacked-heads path keeps the routed head's read at padded queries (non-zero output "
-           "there, and their gradient flows into the projections and the router)", ADAMRA),
+           "            out = out * mask.view(b, n, 1, 1).to(out.dtype)\n",
+           "            out = out\n",
+           "padded queries keep their routed head's read (non-zero output there, and their gradient "
+           "flows into the projections and the router)", ADAMRA),
     Mutant("graph-safe-adamra-random-router-subheads-bound", "attention/base.py",
            "        return (u * high).long().clamp_max(high - 1)",
            "        return (u * self.n_heads).long().clamp_max(high - 1)",
