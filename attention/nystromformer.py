@@ -35,28 +35,29 @@ Choices the paper leaves open, written down:
 
 Execution: one path, static shapes, no host read (compiles with ``fullgraph=True``, no break).
 Cost O(N m d + m^3 * pinv_iterations) per head. The pseudo-inverse runs on the ``B H`` matrices
-folded into one batch, five batched GEMM operators a step (:func:`iterative_pinv`), bit-identical
-to the 4-D form it replaced; the skip convolution's Toeplitz taps are made at construction.
+folded into one batch, five batched GEMM operators a step (:func:`iterative_pinv`), with a
+hand-written backward (:class:`_PinvSteps`, the iteration's exact derivative: 12 operators a step
+where autograd dispatched 25; the same CPU time within noise, 0.96-0.99x at N 1K-4K, B 4-8, H 2,
+d 64, one thread, interleaved); the skip convolution's Toeplitz taps are made at construction.
 The hand-written :class:`_BandedConv` stays: against the same blocks and GEMMs in plain autograd
 ops it takes 0.77x the time at N 1024 and 0.60x at 4096 (forward + backward, B 4, H 2, d 64,
 33 taps, one CPU thread, 5 interleaved rounds; oneDNN's depthwise ``conv1d`` 2.65x and 2.40x),
 the same peak memory. Dispatch target not met: eager operators of a training step (``python -m
 lra.bench --protocol dispatches --variants linear,nystromformer --lengths 1024``, batch 16) went
-from 1590 (3.31x linear) to 1338 (2.80x), not the 1.5x asked. One layer's forward and backward
-dispatch 552 operators (190 + 362; linear attention's 119) at the accelerator's choices, counted
-per pseudo-inverse step by running 1, 2 and 6 of them: each step costs 30 (5 GEMMs forward, 25
-operators of their backward), 180 in all; the skip convolution 81 (``conv_kernel=null``); the
-projections, the three softmax kernels and the landmark means (segment index, counts, two
-``index_add``) the other 291. So a hand-written backward of the iteration (its exact derivative, not
-the inverse's ``-Z dA Z``, which is another gradient) at about 10 operators a step would give 2.3x, and even a free pseudo-inverse 2.05x: 1.5x would take
-every part of the method at linear attention's cost. Left open.
+from 1590 (3.31x linear) to 1338 (2.80x) and, with the pseudo-inverse's backward, to 1185 (2.48x),
+not the 1.5x asked. One layer's forward and backward dispatch 474 operators at the accelerator's
+choices (linear attention's 121), counted per pseudo-inverse step by running 1, 2 and 6 of them:
+each step costs 17 (5 GEMMs forward, 12 operators backward), 102 in all; the skip convolution 81
+(``conv_kernel=null``); the projections, the three softmax kernels and the landmark means
+(segment index, counts, two ``index_add``) the other 291. Even a free pseudo-inverse would give
+2.06x: 1.5x would take every part of the method at linear attention's cost. Left open.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
-from attention.base import Mixer, require_positive
+from attention.base import Mixer, autocast_as, autocast_state, require_positive
 from attention.masking import neg_fill, zero_padded
 from attention.padding import Padding
 from attention.spec import Grid, Knob, Peer, Range, Spec, cap, int_range
@@ -64,26 +65,61 @@ from attention.spec import Grid, Knob, Peer, Range, Spec, cap, int_range
 
 def iterative_pinv(a: Tensor, iterations: int = 6) -> Tensor:
     """Moore-Penrose pseudo-inverse of ``a`` ``[..., m, m]`` by the paper's cubic iteration,
-    initialised per matrix (per sample and head), not by a max over the batch.
-
-    The leading dims are folded into one batch of ``[m, m]`` matrices and each step is written
-    as batched GEMMs with the scaled identities folded into ``baddbmm``'s input (made once)::
-
-        AZ = A Z;  T = 15 I - AZ (7 I - AZ);  Z <- Z (3.25 I - 0.25 AZ T)
-
-    which is the paper's ``1/4 Z (13 I - AZ (15 I - AZ (7 I - AZ)))``: five operators a step."""
+    initialised per matrix (per sample and head), not by a max over the batch. The leading dims
+    are folded into one batch of ``[m, m]`` matrices; the steps are :class:`_PinvSteps`."""
     lead, m = a.shape[:-2], a.shape[-1]
     a = a.reshape(-1, m, m)
-    eye = torch.eye(m, dtype=a.dtype, device=a.device)
-    eye_7, eye_15, eye_13 = 7 * eye, 15 * eye, 3.25 * eye
     norm_1 = a.abs().sum(dim=-2).amax(dim=-1)        # max column sum
     norm_inf = a.abs().sum(dim=-1).amax(dim=-1)      # max row sum
     z = a.transpose(-1, -2) / (norm_1 * norm_inf)[:, None, None]
-    for _ in range(iterations):
-        az = torch.bmm(a, z)
-        t = torch.baddbmm(eye_15, az, eye_7 - az, alpha=-1)
-        z = torch.bmm(z, torch.baddbmm(eye_13, az, t, alpha=-0.25))
-    return z.view(*lead, m, m)
+    return _PinvSteps.apply(a, z, iterations).view(*lead, m, m)
+
+
+class _PinvSteps(torch.autograd.Function):
+    """``iterations`` steps of the iteration from ``z`` on ``a`` (``[M, m, m]`` each), written as
+    batched GEMMs with the scaled identities folded into ``baddbmm``'s input::
+
+        AZ = A Z;  T = 15 I - AZ (7 I - AZ);  U = 3.25 I - 0.25 AZ T;  Z <- Z U
+
+    which is the paper's ``1/4 Z (13 I - AZ (15 I - AZ (7 I - AZ)))``: five operators a step. The
+    backward is the iteration's exact derivative (not the inverse's ``-Z dA Z``, another gradient),
+    step by step in reverse from the saved ``Z, AZ, T, U``: with ``G`` the gradient of a step's
+    output, ``dU = Z^T G``, ``dT = -0.25 AZ^T dU``, ``dAZ = -0.25 dU T^T - 7 dT + dT AZ^T + AZ^T
+    dT``, then ``dA += dAZ Z^T`` and the step's input gets ``G U^T + A^T dAZ``: eight GEMMs and four
+    transposes a step, where autograd through the forward's operators dispatched 25."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, z: Tensor, iterations: int) -> Tensor:  # noqa: ANN001 (autograd's ctx)
+        eye = torch.eye(a.shape[-1], dtype=z.dtype, device=z.device)
+        eye_7, eye_15, eye_13 = 7 * eye, 15 * eye, 3.25 * eye
+        saved = []
+        for _ in range(iterations):
+            az = torch.bmm(a, z)
+            t = torch.baddbmm(eye_15, az, eye_7 - az, alpha=-1)
+            u = torch.baddbmm(eye_13, az, t, alpha=-0.25)
+            saved += (z, az, t, u)
+            z = torch.bmm(z, u)
+        ctx.save_for_backward(a, *saved)
+        ctx.amp = autocast_state(z)                                           # backward as forward
+        return z
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor, Tensor, None]:  # noqa: ANN001 (autograd's ctx)
+        a, *saved = ctx.saved_tensors
+        da = None
+        with autocast_as(ctx.amp):
+            a_t = a.transpose(-1, -2)
+            for j in reversed(range(0, len(saved), 4)):
+                z, az, t, u = saved[j:j + 4]
+                z_t, az_t = z.transpose(-1, -2), az.transpose(-1, -2)
+                du = torch.bmm(z_t, g)
+                dt = torch.baddbmm(du, az_t, du, beta=0, alpha=-0.25)
+                daz = torch.baddbmm(dt, dt, az_t, beta=-7)
+                daz = torch.baddbmm(daz, az_t, dt)
+                daz = torch.baddbmm(daz, du, t.transpose(-1, -2), alpha=-0.25)
+                da = torch.bmm(daz, z_t) if da is None else torch.baddbmm(da, daz, z_t)
+                g = torch.baddbmm(torch.bmm(g, u.transpose(-1, -2)), a_t, daz)
+        return da, g, None
 
 
 def segment_index(mask: Tensor, m: int) -> Tensor:

@@ -1,6 +1,7 @@
 """Oracles for the low-rank projection attentions: Linformer and Nyströmformer."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attention.nystromformer import iterative_pinv, segment_counts, segment_index
@@ -83,6 +84,16 @@ def test_nystrom_fewer_landmarks_is_an_approximation():
         mixer = make_mixer("nystromformer", max_len=37, num_landmarks=m, pinv_iterations=40, conv_kernel=None)
         errs.append(((mixer.eval()(q, k, v, mask, x) - ref).norm() / ref.norm()).item())
     assert errs[1] < 1e-4 < errs[0], errs
+
+
+@pytest.mark.parametrize("iterations", [1, 2, 6])
+def test_iterative_pinv_gradient_is_the_iterations_derivative(iterations):
+    """The hand-written backward of the steps against finite differences of the iteration itself
+    (on matrices whose row and column sums differ: a softmax's rows all sum to 1, so ``||A||_inf``,
+    a max over them, has no derivative there)."""
+    g = torch.Generator().manual_seed(1)
+    a = (torch.eye(5, dtype=torch.double) + 0.3 * torch.randn(3, 5, 5, generator=g, dtype=torch.double)).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: iterative_pinv(x, iterations), (a,))
 
 
 def test_iterative_pinv_matches_linalg_pinv_per_matrix():

@@ -14,6 +14,7 @@ ROTATIONS = STATE + "test_reformer_rotations_fresh_per_training_step_fixed_at_ev
 BFLOAT16 = STATE + "test_bigbird_plan_unchanged_by_bfloat16_cast"
 SPARSE_STRIDE = "tests/attention/test_attention_blocksparse.py::"
 SYNTH_GUARD = "tests/attention/test_attention_synthesizer_sinkhorn.py::"
+PINV_GRAD = "tests/attention/test_attention_projection.py::test_iterative_pinv_gradient_is_the_iterations_derivative"
 GRID = "tests/attention/test_reference_grid.py::test_{}_grid"   # the settings grid (the contract tests catch these too)
 
 
@@ -128,6 +129,14 @@ MUTANTS = [
     Mutant("baselines-nystrom-pinv-global-max", "attention/nystromformer.py",
            "norm_1 = a.abs().sum(dim=-2).amax(dim=-1)", "norm_1 = a.abs().sum(dim=-2).amax()",
            "known port defect: pinv init scaled by a max over the whole batch and all heads", ref("nystromformer")),
+    Mutant("baselines-nystrom-pinv-backward-sign", "attention/nystromformer.py",
+           "daz = torch.baddbmm(dt, dt, az_t, beta=-7)", "daz = torch.baddbmm(dt, dt, az_t, beta=7)",
+           "the pseudo-inverse's hand-written backward with the sign of T's linear term flipped",
+           ref("nystromformer", PINV_GRAD)),
+    Mutant("baselines-nystrom-pinv-backward-dropped-term", "attention/nystromformer.py",
+           "g = torch.baddbmm(torch.bmm(g, u.transpose(-1, -2)), a_t, daz)", "g = torch.bmm(g, u.transpose(-1, -2))",
+           "the pseudo-inverse's backward drops the path from a step's input through A Z",
+           ref("nystromformer", PINV_GRAD)),
     Mutant("baselines-nystrom-padded-in-landmarks", "attention/nystromformer.py",
            "return seg.masked_fill(~mask, m)", "return seg",
            "known port defect: padded tokens counted in landmark means", ref("nystromformer", PADDING)),
