@@ -59,8 +59,8 @@ parameters per call), and each query is read in its routed head alone:
    batch row, ``g = h B + row``. The queries of each group are laid out in consecutive tiles of
    ``tile`` (64) slots, the last one partly empty, in a static number of tiles ``B N / tile +
    H B`` (at most ``H B (tile - 1)`` empty slots: 1.25x the queries at Table 2's N 1K, batch 16,
-   1.06x at N 4K, batch 4). The layout costs a stable sort, a ``searchsorted``, a cumulative sum
-   and gathers of integers on the device: static shapes, no host read.
+   1.06x at N 4K, batch 4). The layout costs a stable sort, a count per group (``scatter_add``), a
+   cumulative sum and gathers of integers on the device: static shapes, no host read.
 3. *Queries, one matmul.* Each tile's tokens ``[X, 1]`` times its head's composed map ``[W^Q W^Q_h;
    b^Q W^Q_h]``, ``[tiles, tile, d]``: ``O(n d_in d)``, what one head costs.
 4. *Landmarks, nested.* Masked segment sums carry their token count as an extra column; a coarse
@@ -90,8 +90,8 @@ empty slots. The memories cost ``O(sum_h m_h d_in d)`` on CPU and ``O(H m_1 d_in
 accelerator (``m_1 = n c_1``, the finest head's landmarks; the zero padding costs ``H m_1 / sum_h
 m_h``: 2.1x for (1/2, 1/4, 1/8, 1/16), 2.3x for the default rates), the compression ``O(n d_in)``.
 Measured (issue 62; ``python -m lra.bench --protocol dispatches --variants linear,adamra_t2a``): a
-training step at Table 2's shapes, on the accelerator branch, dispatches 1.63x linear attention's
-operators (777 against 477). The target of 1.3x is not met: the router, eq. 9's per-head maps
+training step at Table 2's shapes, on the accelerator branch, dispatches 1.62x linear attention's
+operators (775 against 477). The target of 1.3x is not met: the router, eq. 9's per-head maps
 composed with the shell's, the multi-resolution landmarks (one window sum and one zero-pad per
 head), the grouping (about 20 integer operators per layer) and the normaliser with its
 straight-through gate are operators that linear attention does not have. The previous layout (every
@@ -247,14 +247,14 @@ class AdaMRAAttention(Mixer):
         tiles of ``tile`` slots, in a static number of tiles ``B N // tile + H B`` (a group's last
         tile is partly empty). Returns the token of each slot ``[tiles, tile]`` (an empty slot holds
         token 0; its result is never read), each tile's group ``[tiles]`` and each token's slot
-        ``[B N]``. Integer operators on the device: two sorts, two ``searchsorted``, no host read."""
+        ``[B N]``. Integer operators on the device: two sorts, a ``scatter_add``, no host read."""
         bn, groups, size, dev = choice.shape[0], choice.shape[0] // n * self.n_routed, self.tile, choice.device
         i = torch.arange(bn, device=dev)
         group = choice * (bn // n) + i.div(n, rounding_mode="floor")
-        sorted_group, order = torch.sort(group, stable=True)
-        start = torch.searchsorted(sorted_group, torch.arange(groups + 1, device=dev))   # start[G] = B N
+        order = torch.argsort(group, stable=True)
+        count = group.new_zeros(groups).scatter_add_(0, group, torch.ones_like(group))
         # a token's slot: its rank in the sorted order plus the empty slots of the groups before its own
-        empty = torch.remainder(start[:-1] - start[1:], size)                 # of each group's last tile
+        empty = torch.remainder(-count, size)                                # of each group's last tile
         slot = (empty.cumsum(0) - empty)[group] + torch.argsort(order)
         token = i.new_zeros((bn // size + groups) * size).scatter_(0, slot, i).view(-1, size)
         return token, group[token[:, 0]], slot     # a tile's first slot is its group's (unused tiles: token 0's)
