@@ -113,6 +113,7 @@ class _PinvSteps(torch.autograd.Function):
                 z, az, t, u = saved[j:j + 4]
                 z_t, az_t = z.transpose(-1, -2), az.transpose(-1, -2)
                 du = torch.bmm(z_t, g)
+                # -0.25 az^T du in one operator (a bmm and a mul would be two): beta=0 ignores the input du
                 dt = torch.baddbmm(du, az_t, du, beta=0, alpha=-0.25)
                 daz = torch.baddbmm(dt, dt, az_t, beta=-7)
                 daz = torch.baddbmm(daz, az_t, dt)
